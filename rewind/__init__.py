@@ -1,0 +1,22 @@
+"""Rewind: fork a finished Burr run at any node, change one input, replay only what it
+reaches (unchanged nodes come from a content-addressed cache), and diff the trajectories."""
+
+from .action import action, tool
+from .api import Rewind, register_pipeline
+from .engine import Pipeline
+from .errors import (
+    ForkError, IntegrityError, InvalidRequest, NotFound, ProviderError, RewindError,
+    StoreError, UndeclaredRead, UnhashableValue,
+)
+from .hashing import canonical_hash
+from .metering import record_usage
+from .models import AuditReport, AuditRow, DiffRow, Run, Step, TrajectoryDiff
+
+from . import llm  # noqa: E402  (rewind.llm.chat is part of the public contract)
+
+__all__ = [
+    "action", "tool", "Rewind", "Pipeline", "register_pipeline", "RewindError", "NotFound",
+    "InvalidRequest", "UnhashableValue", "UndeclaredRead", "ForkError", "StoreError",
+    "IntegrityError", "ProviderError", "canonical_hash", "record_usage", "Run", "Step",
+    "TrajectoryDiff", "DiffRow", "AuditReport", "AuditRow", "llm",
+]

@@ -1,0 +1,180 @@
+"""`rewind.action` and `rewind.tool`: Burr's `@action` plus a replay policy.
+
+The policy (determinism, ttl, ignore, version) lives on `PolicyAction`, a subclass of Burr's
+`FunctionBasedAction` whose `with_params` returns the subclass again, so `.bind()` keeps it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import inspect
+import time
+import types
+from typing import Any, Callable, Iterable, Optional, Sequence
+
+from burr.core.action import FunctionBasedAction, bind
+
+from .errors import InvalidRequest
+from . import metering
+
+DETERMINISTIC = "deterministic"
+TIME_BOUND = "time-bound"
+SIDE_EFFECT = "side-effect"
+DETERMINISM_LEVELS = (DETERMINISTIC, TIME_BOUND, SIDE_EFFECT)
+
+
+@dataclasses.dataclass(frozen=True)
+class Policy:
+    determinism: str = DETERMINISTIC
+    ttl: Optional[float] = None
+    ignore: tuple = ()
+    version: Optional[str] = None
+
+    def __post_init__(self):
+        if self.determinism not in DETERMINISM_LEVELS:
+            raise InvalidRequest(
+                f"determinism={self.determinism!r} is not one of {', '.join(DETERMINISM_LEVELS)}"
+            )
+        if self.determinism == TIME_BOUND and (self.ttl is None or self.ttl <= 0):
+            raise InvalidRequest("a time-bound action needs ttl= (seconds, > 0)")
+        if self.ttl is not None and self.determinism != TIME_BOUND:
+            raise InvalidRequest(f"ttl= only applies to time-bound actions, not {self.determinism}")
+
+    @property
+    def cacheable(self) -> bool:
+        return self.determinism != SIDE_EFFECT
+
+
+DEFAULT_POLICY = Policy()
+
+
+class PolicyAction(FunctionBasedAction):
+    """A function-based Burr action that carries a Rewind policy through `.bind()`."""
+
+    def __init__(self, *args, policy: Policy = DEFAULT_POLICY, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.policy = policy
+
+    def with_params(self, **kwargs: Any) -> "PolicyAction":
+        return PolicyAction(
+            self._fn,
+            self._reads,
+            self._writes,
+            {**self._bound_params, **kwargs},
+            input_spec=self._inputs,
+            originating_fn=self._originating_fn,
+            schema=self._schema,
+            tags=self._tags,
+            policy=self.policy,
+        )
+
+    @property
+    def bound_params(self) -> dict:
+        return dict(self._bound_params)
+
+    @property
+    def originating_fn(self) -> Callable:
+        return self._originating_fn
+
+
+def action(
+    reads: Sequence[str],
+    writes: Sequence[str],
+    determinism: str = DETERMINISTIC,
+    ttl: Optional[float] = None,
+    ignore: Iterable[str] = (),
+    version: Optional[str] = None,
+    tags: Optional[list] = None,
+) -> Callable:
+    """Decorate a function as a Burr action with a replay policy.
+
+    Keyword parameters with defaults (model, temperature, prompt, ...) are the node's params: a
+    fork may override them, and they are part of the input hash.
+    """
+    policy = Policy(determinism, ttl, tuple(ignore), None if version is None else str(version))
+
+    def decorate(fn: Callable) -> Callable:
+        setattr(
+            fn,
+            FunctionBasedAction.ACTION_FUNCTION,
+            PolicyAction(fn, list(reads), list(writes), tags=tags, policy=policy),
+        )
+        setattr(fn, "bind", types.MethodType(bind, fn))
+        return fn
+
+    return decorate
+
+
+def policy_of(burr_action: Any) -> Policy:
+    """The policy of an action; plain Burr actions are deterministic."""
+    return getattr(burr_action, "policy", DEFAULT_POLICY)
+
+
+def node_params(burr_action: Any) -> dict:
+    """The effective default params of an action: signature defaults, then `.bind()` values."""
+    fn = getattr(burr_action, "_originating_fn", None) or getattr(burr_action, "fn", None)
+    params: dict = {}
+    if fn is not None:
+        try:
+            sig = inspect.signature(fn)
+        except (TypeError, ValueError):
+            sig = None
+        if sig is not None:
+            for name, p in sig.parameters.items():
+                if name == "state" or p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
+                    continue
+                if p.default is not inspect.Parameter.empty:
+                    params[name] = p.default
+    params.update(getattr(burr_action, "_bound_params", {}) or {})
+    return params
+
+
+def param_names(burr_action: Any) -> set:
+    """Every keyword parameter a fork may set on this action."""
+    fn = getattr(burr_action, "_originating_fn", None) or getattr(burr_action, "fn", None)
+    if fn is None:
+        return set()
+    try:
+        sig = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return set()
+    return {
+        n
+        for n, p in sig.parameters.items()
+        if n != "state" and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
+    }
+
+
+def tool(name: Optional[str] = None, ttl: Optional[float] = None) -> Callable:
+    """Cache a tool call made inside a node, keyed by (tool, hash of its arguments).
+
+    Inside a running step the result is served from the store's tool cache while younger than
+    `ttl` seconds (forever when ttl is None); outside a step, or in an audit, the tool just runs.
+    """
+
+    def decorate(fn: Callable) -> Callable:
+        tool_name = name or f"{fn.__module__}.{fn.__qualname__}"
+
+        @functools.wraps(fn)
+        def wrapper(*args, **kwargs):
+            meter = metering.current_meter()
+            store = meter.tool_store if meter is not None else None
+            if store is None:
+                return fn(*args, **kwargs)
+            from .hashing import canonical_hash
+
+            args_hash = canonical_hash({"args": list(args), "kwargs": kwargs})
+            hit = store.tool_cache_get(tool_name, args_hash, ttl, time.time())
+            if hit is not None:
+                meter.tool_hits += 1
+                return hit[0]
+            result = fn(*args, **kwargs)
+            store.tool_cache_put(tool_name, args_hash, result, time.time())
+            return result
+
+        wrapper.tool_name = tool_name
+        wrapper.ttl = ttl
+        return wrapper
+
+    return decorate

@@ -1,0 +1,172 @@
+"""`rewind.llm_server`: the simulator as an OpenAI-compatible HTTP server.
+
+Owns `serve` (used by `python -m rewind serve-llm`) and `start_in_thread` (for tests). It adds
+no behaviour of its own: every request goes to `rewind.simulator.dispatch`, the same code the
+in-process MockTransport uses, so HTTP and in-process answers are byte-identical.
+
+    POST /v1/chat/completions   (stream=true with stream_options.include_usage supported)
+    GET  /v1/models, /v1/models/{id}
+    POST /_simulator/errors {"statuses": [429, 500]}   GET /_simulator/stats
+"""
+
+from __future__ import annotations
+
+import argparse
+import socket
+import sys
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Optional
+
+from . import simulator
+
+MAX_BODY = 32 * 1024 * 1024
+
+
+class _Handler(BaseHTTPRequestHandler):
+    # HTTP/1.1 so the openai client keeps its connection alive between calls.
+    protocol_version = "HTTP/1.1"
+    server_version = "RewindSimulator/1"
+    # Buffered writes: status line, headers and body leave in one segment (flushed below).
+    wbufsize = 64 * 1024
+    quiet = True
+
+    def setup(self) -> None:
+        super().setup()
+        # Without TCP_NODELAY a small response waits on the client's delayed ACK: ~40 ms a call.
+        try:
+            self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        except OSError:
+            pass
+
+    def log_message(self, format: str, *args) -> None:  # noqa: A002 - stdlib signature
+        if not self.quiet:
+            super().log_message(format, *args)
+
+    def _read_body(self) -> Optional[bytes]:
+        if "chunked" in (self.headers.get("Transfer-Encoding") or "").lower():
+            chunks = []
+            total = 0
+            while True:
+                size = int(self.rfile.readline().split(b";", 1)[0].strip() or b"0", 16)
+                if size == 0:
+                    while self.rfile.readline() not in (b"\r\n", b"\n", b""):
+                        pass  # trailers
+                    break
+                total += size
+                if total > MAX_BODY:
+                    return None
+                chunks.append(self.rfile.read(size))
+                self.rfile.readline()
+            return b"".join(chunks)
+        length = int(self.headers.get("Content-Length") or 0)
+        if length > MAX_BODY:
+            return None
+        return self.rfile.read(length) if length > 0 else b""
+
+    def _serve(self) -> None:
+        body = self._read_body() if self.command == "POST" else b""
+        if body is None:
+            self.send_error(413, "request body too large")
+            return
+        res = simulator.dispatch(self.command, self.path, body)
+        self.send_response(res.status)
+        for name, value in res.headers.items():
+            self.send_header(name, value)
+        if res.chunks is None:
+            self.send_header("Content-Length", str(len(res.body)))
+            self.end_headers()
+            self.wfile.write(res.body)
+            self.wfile.flush()
+            return
+        # Server-sent events: one HTTP chunk per event, flushed as it is produced.
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        for event in res.chunks:
+            self.wfile.write(b"%x\r\n%s\r\n" % (len(event), event))
+            self.wfile.flush()
+        self.wfile.write(b"0\r\n\r\n")
+        self.wfile.flush()
+
+    do_GET = _serve
+    do_POST = _serve
+
+
+class SimulatorServer(ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+
+    @property
+    def base_url(self) -> str:
+        host, port = self.server_address[:2]
+        if host in ("0.0.0.0", "::", ""):
+            host = "127.0.0.1"
+        return f"http://{host}:{port}/v1"
+
+    def handle_error(self, request, client_address) -> None:
+        # A client that hangs up (process exit, closed keep-alive) is normal, not a traceback.
+        exc = sys.exc_info()[1]
+        if isinstance(exc, (ConnectionResetError, BrokenPipeError, ConnectionAbortedError)):
+            return
+        super().handle_error(request, client_address)
+
+    def stop(self) -> None:
+        """Stop serve_forever (if running) and close the listening socket."""
+        self.shutdown()
+        self.server_close()
+
+
+def make_server(host: str = "127.0.0.1", port: int = 8000, *, verbose: bool = False) -> SimulatorServer:
+    handler = type("Handler", (_Handler,), {"quiet": not verbose})
+    return SimulatorServer((host, port), handler)
+
+
+def serve(
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    ready_event: Optional[threading.Event] = None,
+    *,
+    latency_ms: Optional[float] = None,
+    verbose: bool = False,
+) -> None:
+    """Serve the simulator until interrupted (Ctrl-C returns cleanly)."""
+    if latency_ms is not None:
+        simulator.set_latency(latency_ms)
+    server = make_server(host, port, verbose=verbose)
+    simulator.warm()  # load the tokenizer before the first request, not during it
+    print(f"Rewind LLM simulator listening on {server.base_url}  "
+          f"(export OPENAI_BASE_URL={server.base_url})", file=sys.stderr, flush=True)
+    if ready_event is not None:
+        ready_event.set()
+    try:
+        server.serve_forever(poll_interval=0.2)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.server_close()
+
+
+def start_in_thread(port: int = 0, host: str = "127.0.0.1") -> tuple:
+    """Start a server on a daemon thread; returns (server, base_url). Stop it with server.stop()."""
+    server = make_server(host, port)
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05},
+                              name=f"rewind-llm-server:{server.server_address[1]}", daemon=True)
+    thread.start()
+    server.thread = thread
+    return server, server.base_url
+
+
+def main(argv: Optional[list] = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m rewind.llm_server",
+                                     description="The Rewind simulator as an OpenAI-compatible server.")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=8000)
+    parser.add_argument("--latency-ms", type=float, default=None)
+    parser.add_argument("--verbose", action="store_true")
+    args = parser.parse_args(argv)
+    serve(args.host, args.port, latency_ms=args.latency_ms, verbose=args.verbose)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,190 @@
+"""The public records: `Run`, `Step`, `TrajectoryDiff`, `AuditReport` and their rows."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from typing import Any, Optional
+
+RUN_STATUSES = ("running", "completed", "failed", "interrupted")
+STEP_STATUSES = ("executed", "cached", "dry-run", "failed", "inherited")
+
+
+@dataclasses.dataclass
+class Step:
+    node: str
+    status: str
+    input_hash: Optional[str]
+    output_hash: Optional[str]
+    tokens: int = 0
+    latency_ms: float = 0.0
+    params: dict = dataclasses.field(default_factory=dict)
+    reason: str = ""
+    error: Optional[str] = None
+    occurrence: int = 1
+    index: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    tokens_saved: int = 0
+    field_hashes: dict = dataclasses.field(default_factory=dict)
+    sequence_id: Optional[int] = None
+    state_app_id: Optional[str] = None
+    run_id: Optional[str] = None
+    source_run: Optional[str] = None
+    started_at: Optional[float] = None
+    input_refs: dict = dataclasses.field(default_factory=dict, repr=False)
+    output_refs: dict = dataclasses.field(default_factory=dict, repr=False)
+    _loader: Any = dataclasses.field(default=None, repr=False, compare=False)
+    _inputs: Optional[dict] = dataclasses.field(default=None, repr=False, compare=False)
+    _outputs: Optional[dict] = dataclasses.field(default=None, repr=False, compare=False)
+
+    @property
+    def inputs(self) -> dict:
+        """The values of the read fields the node ran on (loaded on first access)."""
+        if self._inputs is None:
+            self._inputs = self._loader(self.input_refs) if self._loader else {}
+        return self._inputs
+
+    @property
+    def outputs(self) -> dict:
+        """The values the node wrote (loaded on first access)."""
+        if self._outputs is None:
+            self._outputs = self._loader(self.output_refs) if self._loader else {}
+        return self._outputs
+
+    def to_dict(self, values: bool = True) -> dict:
+        d = {
+            "node": self.node, "occurrence": self.occurrence, "status": self.status,
+            "input_hash": self.input_hash, "output_hash": self.output_hash,
+            "tokens": self.tokens, "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": self.completion_tokens, "tokens_saved": self.tokens_saved,
+            "latency_ms": self.latency_ms, "params": self.params, "reason": self.reason,
+            "error": self.error, "field_hashes": self.field_hashes,
+            "sequence_id": self.sequence_id, "source_run": self.source_run,
+        }
+        if values:
+            d["inputs"] = self.inputs
+            d["outputs"] = self.outputs
+        return d
+
+
+@dataclasses.dataclass
+class Run:
+    id: str
+    pipeline: str
+    status: str
+    parent_id: Optional[str] = None
+    fork_node: Optional[str] = None
+    fork_occurrence: Optional[int] = None
+    total_tokens: int = 0
+    tokens_saved: int = 0
+    latency_ms: float = 0.0
+    steps: list = dataclasses.field(default_factory=list)
+    created_at: float = 0.0
+    finished_at: Optional[float] = None
+    summary: str = ""
+    step_count: int = 0
+    error: Optional[str] = None
+    edit: dict = dataclasses.field(default_factory=dict)
+    params: dict = dataclasses.field(default_factory=dict)
+    allow_side_effects: bool = False
+    graph_id: Optional[str] = None
+    entrypoint: Optional[str] = None
+
+    def step(self, node: str, occurrence: int = 1) -> Step:
+        for s in self.steps:
+            if s.node == node and s.occurrence == occurrence:
+                return s
+        raise KeyError(f"run {self.id} has no step {node}#{occurrence}")
+
+    @property
+    def executed_nodes(self) -> list:
+        return [s.node for s in self.steps if s.status == "executed"]
+
+    @classmethod
+    def from_row(cls, row: dict, steps: Optional[list] = None) -> "Run":
+        return cls(
+            id=row["id"], pipeline=row["pipeline"], status=row["status"],
+            parent_id=row["parent_id"], fork_node=row["fork_node"],
+            fork_occurrence=row["fork_occurrence"], total_tokens=int(row["total_tokens"] or 0),
+            tokens_saved=int(row["tokens_saved"] or 0), latency_ms=float(row["latency_ms"] or 0),
+            steps=steps if steps is not None else [], created_at=row["created_at"],
+            finished_at=row["finished_at"], summary=row["summary"] or "",
+            step_count=int(row["step_count"] or 0), error=row["error"],
+            edit=json.loads(row["edit_json"]) if row["edit_json"] else {},
+            params=json.loads(row["params_json"]) if row["params_json"] else {},
+            allow_side_effects=bool(row["allow_side_effects"]), graph_id=row["graph_id"],
+            entrypoint=row["entrypoint"],
+        )
+
+
+@dataclasses.dataclass
+class DiffRow:
+    node: str
+    occurrence: int
+    a_hash: Optional[str]
+    b_hash: Optional[str]
+    identical: Optional[bool]
+    a_status: Optional[str]
+    b_status: Optional[str]
+    a_tokens: int = 0
+    b_tokens: int = 0
+    a_latency_ms: float = 0.0
+    b_latency_ms: float = 0.0
+    a_reason: str = ""
+    b_reason: str = ""
+    text_diffs: dict = dataclasses.field(default_factory=dict)
+    field_diffs: dict = dataclasses.field(default_factory=dict)
+    noise: Optional[str] = None  # "beyond noise" | "within noise" | None
+    noise_detail: dict = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass
+class TrajectoryDiff:
+    a: str
+    b: str
+    rows: list
+    first_divergence: Optional[str]
+    tokens_a: int
+    tokens_b: int
+    tokens_saved_b: int = 0
+
+    @property
+    def identical_count(self) -> int:
+        return sum(1 for r in self.rows if r.identical)
+
+    @property
+    def diverged(self) -> list:
+        return [r for r in self.rows if r.identical is False]
+
+    @property
+    def verdict(self) -> str:
+        compared = [r for r in self.rows if r.identical is not None]
+        if not self.diverged:
+            return f"identical: {len(compared)} of {len(compared)} compared nodes match"
+        return (
+            f"diverged at {self.first_divergence}: {self.identical_count} of {len(compared)} "
+            f"compared nodes identical"
+        )
+
+
+@dataclasses.dataclass
+class AuditRow:
+    node: str
+    occurrence: int
+    stable: Optional[bool]
+    distinct_outputs: int
+    unstable_fields: list
+    status: str = ""
+    samples: int = 0
+
+
+@dataclasses.dataclass
+class AuditReport:
+    run_id: str
+    repeats: int
+    rows: list
+
+    @property
+    def unstable_nodes(self) -> list:
+        return [r.node for r in self.rows if r.stable is False]
