@@ -394,10 +394,19 @@ class Rewind:
         return execute(ctx, app, self._heartbeat, time.perf_counter())
 
     # comparing -----------------------------------------------------------------------------
-    def diff(self, a: str, b: str) -> TrajectoryDiff:
+    def diff(self, a: str, b: str, noise_samples: int = 0,
+             on_progress: Optional[Callable] = None) -> TrajectoryDiff:
+        """Align two trajectories. With `noise_samples=k`, each re-executed node of B is also
+        re-sampled k times on A's inputs, and diverged rows are marked within/beyond noise."""
         from .diff import diff_runs
 
-        return diff_runs(self.get_run(a), self.get_run(b))
+        run_a, run_b = self.get_run(a), self.get_run(b)
+        d = diff_runs(run_a, run_b)
+        if noise_samples:
+            from .noise import apply_noise_band
+
+            apply_noise_band(self, d, run_a, run_b, int(noise_samples), on_progress=on_progress)
+        return d
 
     def audit(self, run_id: str, repeats: int = 3, on_progress: Optional[Callable] = None):
         from .audit import audit_run
@@ -415,3 +424,22 @@ class Rewind:
 
     def alarms(self, node: Optional[str] = None) -> list:
         return self.store.alarms(node)
+
+    def gc(self, older_than_days: float, dry_run: bool = False) -> dict:
+        """Purge old cache entries and old runs by policy, then orphaned blobs; lineage of
+        surviving runs keeps rendering. Returns counts of what was (or would be) removed."""
+        from .maintenance import gc
+
+        return gc(self, older_than_days, dry_run=dry_run)
+
+    def export_run(self, run_id: str) -> dict:
+        """A self-contained JSON document of a run with its lineage, for `import_run`."""
+        from .maintenance import export_run
+
+        return export_run(self, run_id)
+
+    def import_run(self, document: dict) -> list:
+        """Load a document from `export_run` (any backend); returns the run ids imported."""
+        from .maintenance import import_run
+
+        return import_run(self, document)
