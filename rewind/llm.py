@@ -18,7 +18,8 @@ import os
 import re
 import threading
 import urllib.parse
-from typing import Any, Iterable, Optional
+from collections.abc import Iterable
+from typing import Any, Optional
 
 from . import simulator
 from .errors import ProviderError
@@ -340,7 +341,9 @@ def chat(
     msgs = [dict(m) if isinstance(m, dict) else m for m in messages]
     cfg = _resolve()
     name = _effective_model(model, cfg)
-    kwargs: dict = {"model": name, "messages": msgs, "temperature": temperature}
+    kwargs: dict = {"model": name, "messages": msgs}
+    if temperature is not None:  # None: the provider's own default (1.0 on OpenAI)
+        kwargs["temperature"] = float(temperature)
     if seed is not None:
         kwargs["seed"] = int(seed)
     if max_tokens is not None:

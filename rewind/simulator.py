@@ -809,7 +809,10 @@ def _write_generic(p: Prompt, ch: _Chooser, model: str) -> str:
                  f"It comes down to {_join_words(subjects[:3])}."]),
         ch.pick([f"A careful answer weighs the evidence on {a} against the practical constraints around {b}.",
                  f"Evidence on {a} matters most, but {b} shapes how it applies in practice.",
-                 f"Start with {a}; then examine how {b} changes the picture."]),
+                 f"Start with {a}; then examine how {b} changes the picture."]) if a != b else
+        ch.pick([f"A careful answer starts from what is established about {a}.",
+                 f"The evidence on {a} is the place to start.",
+                 f"It helps to separate what is known about {a} from what is assumed."]),
         ch.pick(["Conclusions should be checked against primary sources.",
                  "Where the evidence is thin, the answer should say so.",
                  "Any recommendation should state its assumptions."]),
