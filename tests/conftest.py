@@ -1,0 +1,50 @@
+"""Shared fixtures: a fresh store URL per test on each backend, and an offline model."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if ROOT not in sys.path:
+    sys.path.insert(0, ROOT)
+
+
+@pytest.fixture(autouse=True)
+def offline_model(monkeypatch, tmp_path):
+    """Every test runs on the offline simulator and writes its side effects under tmp_path."""
+    for var in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "REWIND_MODEL", "REWIND_PROVIDER", "REWIND_DB",
+                "REWIND_PIPELINES"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("REWIND_OUTBOX", str(tmp_path / "outbox"))
+    from rewind import llm
+
+    llm.reset()
+    yield
+    llm.reset()
+
+
+def postgres_base_url() -> str:
+    url = os.environ.get("REWIND_TEST_PG_URL")
+    if not url:
+        if os.environ.get("CI"):
+            pytest.fail("REWIND_TEST_PG_URL is not set: .ci/run starts PostgreSQL and sets it")
+        pytest.skip("REWIND_TEST_PG_URL not set (run `bash scripts/pg.sh start` and export it)")
+    return url
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def store_url(request, tmp_path):
+    """A fresh, empty database URL on each backend."""
+    if request.param == "sqlite":
+        yield str(tmp_path / "rewind.db")
+        return
+    from rewind.store_postgres import create_test_database, drop_database
+
+    url = create_test_database(postgres_base_url())
+    try:
+        yield url
+    finally:
+        drop_database(url)
