@@ -194,6 +194,7 @@ class Rewind:
             self.store.persister().save(
                 PARTITION_KEY, app_id, sequence_id, next_node, State(state), "failed"
             )
+            ctx.flush_pending(self.store)  # callers hold the transaction the run row is in
         finally:
             self.store.live_contexts.pop(app_id, None)
 

@@ -193,6 +193,7 @@ class ExecutionContext:
         self.pending_cache: list = []
         self.pending_alarms: list = []
         self.pending_hits: list = []
+        self.pending_states: list = []
         self.current: Optional[dict] = None
         self.last_error: Optional[str] = None
         self._node_cache: dict = {}
@@ -230,9 +231,19 @@ class ExecutionContext:
             store.cache_hit(node, input_hash)
         for alarm in self.pending_alarms:
             store.add_alarm(*alarm)
+        for state_row in self.pending_states:
+            store.insert_state_row(state_row)
         if self.pending_rows:
             store.update_run(self.run_id, heartbeat_at=time.time())
         self.pending_rows, self.pending_cache, self.pending_alarms, self.pending_hits = [], [], [], []
+        self.pending_states = []
+
+    def must_commit(self) -> bool:
+        """Commit now after work that cost something (an execution, a failure); let cached and
+        dry-run steps ride along with the next commit or the end of the run."""
+        if len(self.pending_states) >= 64:
+            return True
+        return any(r["status"] in ("executed", "failed") for r in self.pending_rows)
 
     # per-node constants ----------------------------------------------------------------------
     def node_constants(self, node: str, inner: Action) -> dict:
@@ -240,7 +251,7 @@ class ExecutionContext:
         if got is not None:
             return got
         policy = policy_of(inner)
-        params = node_params(inner)
+        params = self.pipeline.params(node) if self.pipeline.actions.get(node) is inner else node_params(inner)
         overrides = self.param_overrides.get(node) or {}
         params.update(overrides)
         runner = inner.with_params(**overrides) if overrides else inner

@@ -283,8 +283,9 @@ class SQLStore(Store):
             marks = ",".join("?" * len(chunk))
             for h, data in self.query(f"SELECT hash, data FROM blobs WHERE hash IN ({marks})", chunk):
                 data = bytes(data)
-                value = serde.decode(data)
-                if canonical_hash(value) != h:
+                # Fast path: for most values (strings, sorted plain data) the stored bytes are
+                # the canonical JSON itself; otherwise decode and re-hash.
+                if sha256_hex(data) != h and canonical_hash(serde.decode(data)) != h:
                     raise IntegrityError(
                         f"blob {h[:12]}… no longer matches its hash: the database was altered "
                         "outside Rewind; run `python -m rewind gc` to drop it"
@@ -529,6 +530,13 @@ class SQLStore(Store):
         data = json.loads(data) if isinstance(data, (str, bytes)) else data
         return data
 
+    def insert_state_row(self, row: tuple) -> None:
+        self.execute(
+            f"INSERT INTO {BURR_TABLE} (partition_key, app_id, sequence_id, position, state, status) "
+            "VALUES (?, ?, ?, ?, ?, ?)",
+            row,
+        )
+
     def state_snapshot(self, app_id: str, sequence_id: int) -> Optional[dict]:
         """The whole state Burr saved after a step, resolved from blobs."""
         data = self.load_state_refs(app_id, sequence_id)
@@ -609,16 +617,20 @@ class BlobRefPersisterMixin:
                 refs[k] = canonical_hash(v, k)
                 blobs[refs[k]] = serde.encode(v, k)
         doc = json.dumps({REFS_KEY: refs, **internal}, sort_keys=True, separators=(",", ":"))
+        row = (partition_key if partition_key is not None else PARTITION_KEY, app_id, sequence_id,
+               position, doc, status)
+        if ctx is not None:
+            # The context commits state rows together with their step rows; a run of cached
+            # steps shares one commit (losing it in a crash loses nothing the cache lacks).
+            ctx.pending_states.append(row)
+            ctx.new_blobs.update(blobs)
+            if ctx.must_commit():
+                with store.transaction():
+                    ctx.flush_pending(store)
+            return
         with store.transaction():
-            if ctx is not None:
-                ctx.flush_pending(store)
             store.put_blobs(blobs)
-            store.execute(
-                f"INSERT INTO {self.table_name} (partition_key, app_id, sequence_id, position, state, status) "
-                "VALUES (?, ?, ?, ?, ?, ?)",
-                (partition_key if partition_key is not None else PARTITION_KEY, app_id, sequence_id,
-                 position, doc, status),
-            )
+            store.insert_state_row(row)
 
     def load(self, partition_key, app_id, sequence_id=None, **kwargs):
         from burr.core import State

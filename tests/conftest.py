@@ -48,3 +48,15 @@ def store_url(request, tmp_path):
         yield url
     finally:
         drop_database(url)
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """With REWIND_NO_SKIP set (scripts/test.sh, CI) a skipped test fails the run: a missing
+    browser or database must never pass as green."""
+    if not os.environ.get("REWIND_NO_SKIP"):
+        return
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    skipped = reporter.stats.get("skipped", []) if reporter else []
+    if skipped:
+        reporter.write_line(f"REWIND_NO_SKIP: {len(skipped)} test(s) skipped; failing the run", red=True)
+        session.exitstatus = 1
