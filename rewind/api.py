@@ -302,10 +302,14 @@ class Rewind:
             )
         nxt = app.get_next_action()
         if nxt is None or nxt.name != at:
-            raise ForkError(
-                f"with these edits Burr would resume at {nxt.name if nxt else 'nothing'!r}, not "
-                f"{at!r} (a transition reads an edited field); nothing was written"
+            resumes = repr(nxt.name) if nxt else "nothing"
+            why = (
+                f"run {run_id} stopped before reaching {at!r}; its next node is {resumes}"
+                if index == len(steps) else
+                f"with these edits Burr would resume at {resumes}, not {at!r} (a transition "
+                "reads an edited field)"
             )
+            raise ForkError(f"{why}; nothing was written")
         loaded_refs = dict(getattr(persister, "last_loaded_refs", {}) or {})
         ctx.state_hashes.update(loaded_refs)
         if edit:

@@ -257,7 +257,7 @@ class ExecutionContext:
         runner = inner.with_params(**overrides) if overrides else inner
         fn = getattr(inner, "_originating_fn", None) or getattr(inner, "fn", None)
         if fn is None:
-            fn = type(inner).run_and_update
+            fn = type(inner)  # a class-based action: its class source is its code
         code = code_fingerprint(fn, policy.version)
         param_hashes = {f"param:{k}": canonical_hash(v, f"{node}.{k}") for k, v in params.items()}
         got = {
@@ -444,7 +444,11 @@ class ReplayAction(SingleStepAction):
             guard = _ReadGuard(dict(read_values), node, reads, state.keys())
             try:
                 with metering(meter):
-                    out = const["runner"].run_and_update(guard, **run_kwargs)
+                    runner = const["runner"]
+                    if getattr(runner, "single_step", False):
+                        out = runner.run_and_update(guard, **run_kwargs)
+                    else:  # a class-based Burr action: run, then its reducer
+                        out = runner.update(runner.run(guard, **run_kwargs), guard)
             except BaseException as e:
                 record["prompt_tokens"] = meter.prompt_tokens
                 record["completion_tokens"] = meter.completion_tokens

@@ -397,3 +397,41 @@ def test_no_edit_fork_adds_rows_not_copies(tmp_path):
     assert rw.store.query("SELECT COUNT(*), SUM(size) FROM blobs")[0] == blobs_before
     state_rows = rw.store.query("SELECT state FROM burr_state")
     assert all(len(r[0]) < 2000 for r in state_rows)  # references, not the 5 KB values
+
+
+class Doubler(__import__("burr.core", fromlist=["Action"]).Action):
+    """A class-based Burr action (run + update), not a function."""
+
+    @property
+    def reads(self):
+        return ["n"]
+
+    @property
+    def writes(self):
+        return ["m"]
+
+    def run(self, state):
+        CALLS.append("doubler")
+        return {"m": state["n"] * 2}
+
+    def update(self, result, state):
+        return state.update(**result)
+
+
+def test_plain_burr_and_class_based_actions(store_url):
+    from burr.core.action import action as burr_action
+
+    @burr_action(reads=["m"], writes=["k"])
+    def plus_one(state):
+        return {"k": state["m"] + 1}, state.update(k=state["m"] + 1)
+
+    graph = GraphBuilder().with_actions(double=Doubler(), plus=plus_one).with_transitions(("double", "plus")).build()
+    rw = Rewind(store_url)
+    run = rw.run(Pipeline("classy", graph, "double"), {"n": 2})
+    assert run.status == "completed", run.error
+    assert [s.outputs for s in run.steps] == [{"m": 4}, {"k": 5}]
+    CALLS.clear()
+    fork = rw.fork(run.id, at="plus", edit={"m": 10})
+    assert fork.step("plus").outputs == {"k": 11} and CALLS == []
+    again = rw.fork(run.id, at="double")
+    assert again.total_tokens == 0 and CALLS == []

@@ -52,7 +52,9 @@ STOPWORDS = frozenset(
     said precise precisely definition defined measured measure measurable effect effects
     reported report scale main risks risk limitations concerning changed last decade open
     unresolved remain remains affected practical recommendation need needs address
-    question questions answer work works working use used using python""".split()
+    question questions answer work works working use used using python happen happens
+    happened mechanism mechanisms link links expert experts disagree understanding affected
+    ordered background""".split()
 )
 
 _WORD = re.compile(r"[A-Za-z][A-Za-z0-9_]*")
@@ -225,8 +227,12 @@ def _fts_query(terms: Iterable[str]) -> str:
     return " OR ".join('"' + t.replace('"', '""') + '"' for t in terms)
 
 
+_RULE = re.compile(r"(?:[=*~^#-]{3,}\s*)+")
+
+
 def _clean(text: str) -> str:
-    return " ".join(text.split())
+    """One line: reST underlines (==== / ****) dropped, whitespace collapsed."""
+    return " ".join(_RULE.sub(" ", text).split())
 
 
 def search(query: str, k: int = 5, path: Optional[Path] = None) -> list:
