@@ -400,7 +400,8 @@ class Rewind:
 
     # comparing -----------------------------------------------------------------------------
     def diff(self, a: str, b: str, noise_samples: int = 0,
-             on_progress: Optional[Callable] = None) -> TrajectoryDiff:
+             on_progress: Optional[Callable] = None,
+             noise_method: Optional[str] = None) -> TrajectoryDiff:
         """Align two trajectories. With `noise_samples=k`, each re-executed node of B is also
         re-sampled k times on A's inputs, and diverged rows are marked within/beyond noise."""
         from .diff import diff_runs
@@ -410,7 +411,8 @@ class Rewind:
         if noise_samples:
             from .noise import apply_noise_band
 
-            apply_noise_band(self, d, run_a, run_b, int(noise_samples), on_progress=on_progress)
+            apply_noise_band(self, d, run_a, run_b, int(noise_samples), on_progress=on_progress,
+                             method=noise_method)
         return d
 
     def audit(self, run_id: str, repeats: int = 3, on_progress: Optional[Callable] = None):

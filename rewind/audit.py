@@ -109,7 +109,7 @@ def outcome_of(step: Step, policy: Any, writes: list) -> Outcome:
 
 def _fn_of(inner: Any) -> Callable:
     fn = getattr(inner, "_originating_fn", None) or getattr(inner, "fn", None)
-    return fn if fn is not None else type(inner).run_and_update
+    return fn if fn is not None else type(inner)  # a class-based action: its class source
 
 
 def bind_params(inner: Any, params: dict) -> tuple:
@@ -156,7 +156,10 @@ def sample_node(node: str, inner: Any, runner: Any, inputs: dict) -> Outcome:
     meter = StepMeter(node=node, tool_store=None)
     try:
         with metering(meter):
-            out = runner.run_and_update(guard)
+            if getattr(runner, "single_step", False):
+                out = runner.run_and_update(guard)
+            else:  # a class-based Burr action: run, then its reducer (as the engine does)
+                out = runner.update(runner.run(guard), guard)
         new_state = out[1] if isinstance(out, tuple) and len(out) == 2 else out
         if not isinstance(new_state, State):
             raise RewindError(

@@ -16,7 +16,11 @@ writing nothing), and labels the row:
 
 `row.noise_detail` holds `samples`, `baseline_similarities`, `b_similarity` and `method` (of the
 field that decided: `exact`, `difflib`, `embedding` or `varies`), plus `field`, `fields` (the
-per-field verdicts), `baseline_distinct` and `margin`. A row that is not sampled keeps
+per-field verdicts), `baseline_distinct`, `margin`, `baseline_inputs_match` and, for a text
+verdict, `false_beyond_bound` = 1/(samples+1): when the edit changed nothing, B is the least
+similar of B and the samples at most that often, so that bounds how often pure jitter is called
+"beyond noise" (measured on the simulator at temperature 1: about 3% with 5 samples on its
+report task, about 10% on short generic text). More samples tighten it. A row that is not sampled keeps
 `noise=None` with `noise_detail={"skipped": reason}`.
 
 Text similarity:
@@ -295,6 +299,11 @@ def _judge(a, b, baseline: list, writes: list, method: str, margin: float) -> tu
     )
     if chosen.get("reason"):
         detail["reason"] = chosen["reason"]
+    if "b_similarity" in chosen:
+        # B and the k baseline samples are exchangeable when the edit changed nothing, so B is
+        # the least similar of the k+1 with probability at most 1/(k+1): the rate at which pure
+        # jitter is called "beyond noise" (the margin lowers it further)
+        detail["false_beyond_bound"] = round(1.0 / (len(baseline) + 1), 4)
     return label, detail
 
 
