@@ -17,6 +17,7 @@ this Python is rebuilt the same way.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import re
@@ -103,6 +104,7 @@ def topic_count() -> int:
     return len(_topics())
 
 
+@functools.lru_cache(maxsize=1)
 def fingerprint() -> str:
     """Identifies the corpus content and the index layout: a mismatch rebuilds the index."""
     h = hashlib.sha256(f"schema={SCHEMA_VERSION};python={sys.version}".encode())
