@@ -116,6 +116,10 @@ class Rewind:
         )
         return [Run.from_row(r) for r in rows]
 
+    def stored_pipelines(self) -> list:
+        """Names of the pipelines that have runs in this store (registered or not)."""
+        return self.store.pipelines()
+
     def count_runs(self, **filters: Any) -> int:
         return self.store.count_runs(**filters)
 

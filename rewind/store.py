@@ -193,10 +193,22 @@ class SQLStore(Store):
         slot = getattr(self._local, "slot", None)
         if slot is None or slot.get("pid") != os.getpid():
             connection = self._connect()
-            slot = {"pid": os.getpid(), "conn": connection, "persister": None}
+            slot = {"pid": os.getpid(), "conn": connection, "persister": None,
+                    "thread": threading.current_thread()}
             self._local.slot = slot
             with self._lock:
+                # A server that runs each request on a new thread (Streamlit: one per rerun)
+                # would otherwise keep one open connection per finished thread.
+                dead = [s for s in self._all_connections
+                        if s.get("pid") == os.getpid() and not s["thread"].is_alive()]
+                self._all_connections = [s for s in self._all_connections if s not in dead]
                 self._all_connections.append(slot)
+            for s in dead:
+                s["persister"] = None
+                try:
+                    s["conn"].close()
+                except Exception:
+                    pass
         return slot
 
     @property

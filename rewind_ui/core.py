@@ -1,0 +1,348 @@
+"""The dashboard's handle on Rewind: one `Rewind` per store URL (st.cache_resource), cached
+read queries invalidated by a version counter, the demo pipeline, and selection state that
+survives page switches and deep links.
+
+Everything here goes through the public API of `rewind`; pages never see SQL.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import threading
+import time
+from typing import Any, Callable, Optional
+
+import streamlit as st
+
+import rewind
+from rewind import Rewind
+
+from .fmt import fmt_ts
+
+RUNS_PAGE = "pages/runs.py"
+FORK_PAGE = "pages/fork.py"
+DIFF_PAGE = "pages/diff.py"
+SETTINGS_PAGE = "pages/settings.py"
+
+DEMO_MODULE = "rewind.pipelines.research"
+QUERY_TTL_S = 5
+
+# session-state keys (plain keys, not widget keys: Streamlit never clears them on page switch)
+SEL_RUN, SEL_NODE = "sel_run", "sel_node"
+FORK_RUN, FORK_NODE = "fork_run", "fork_node"
+DIFF_A, DIFF_B = "diff_a", "diff_b"
+LAST_FORK = "last_fork"
+
+
+# --- the store -----------------------------------------------------------------------------------
+
+def db_url() -> str:
+    """`REWIND_DB`, else ./rewind.db; a SQLite path is made absolute so it keys one handle."""
+    url = (os.environ.get("REWIND_DB") or "").strip() or "rewind.db"
+    if "://" not in url and url != ":memory:":
+        url = os.path.abspath(url)
+    return url
+
+
+@st.cache_resource(show_spinner=False)
+def _handle(url: str) -> Rewind:
+    return Rewind(url)
+
+
+_demo_lock = threading.Lock()
+_demo_state: dict = {"module": None, "error": None, "tried_at": 0.0}
+
+
+def demo_module() -> Optional[Any]:
+    """`rewind.pipelines.research` if it can be imported (registered for every handle)."""
+    with _demo_lock:
+        if _demo_state["module"] is not None:
+            return _demo_state["module"]
+        if time.time() - _demo_state["tried_at"] < 2.0 and _demo_state["error"]:
+            return None
+        _demo_state["tried_at"] = time.time()
+        try:
+            mod = importlib.import_module(DEMO_MODULE)
+            pipe = getattr(mod, "pipeline")
+            if callable(pipe) and not isinstance(pipe, rewind.Pipeline):
+                pipe = pipe()
+            rewind.register_pipeline(pipe)
+        except Exception as e:  # not written yet, or broken: the dashboard still works
+            _demo_state["error"] = f"{type(e).__name__}: {e}"
+            return None
+        _demo_state["module"], _demo_state["error"] = mod, None
+        return mod
+
+
+def demo_error() -> Optional[str]:
+    return _demo_state["error"]
+
+
+def get_rw() -> Rewind:
+    demo_module()
+    return _handle(db_url())
+
+
+def rw_url() -> str:
+    return db_url()
+
+
+def demo_pipeline() -> Optional[Any]:
+    mod = demo_module()
+    if mod is None:
+        return None
+    pipe = getattr(mod, "pipeline")
+    return pipe() if callable(pipe) and not isinstance(pipe, rewind.Pipeline) else pipe
+
+
+def demo_questions() -> list:
+    mod = demo_module()
+    return list(getattr(mod, "SAMPLE_QUESTIONS", []) or []) if mod is not None else []
+
+
+def sample_state(pipeline: Any) -> dict:
+    state = dict(getattr(pipeline, "sample_state", {}) or {})
+    if not state and getattr(pipeline, "name", None) == getattr(demo_pipeline(), "name", object()):
+        qs = demo_questions()
+        if qs:
+            state = {"question": qs[0]}
+    return state
+
+
+# --- versions: invalidating cached queries after a run or a fork ------------------------------------
+
+@st.cache_resource(show_spinner=False)
+def _versions() -> dict:
+    return {"lock": threading.Lock(), "v": {}}
+
+
+def version() -> int:
+    return int(_versions()["v"].get(db_url(), 0))
+
+
+def bump() -> None:
+    """Call after anything that writes (run, fork, purge): every cached query is stale."""
+    box = _versions()
+    with box["lock"]:
+        box["v"][db_url()] = box["v"].get(db_url(), 0) + 1
+
+
+# --- cached queries (keyed by url and version; short ttl for writes from other processes) ------
+
+def _run_row(r: Any) -> dict:
+    return {
+        "id": r.id, "pipeline": r.pipeline, "summary": r.summary, "status": r.status,
+        "created_at": r.created_at, "started": fmt_ts(r.created_at), "steps": r.step_count,
+        "tokens": r.total_tokens, "tokens_saved": r.tokens_saved,
+        "latency_ms": r.latency_ms, "parent_id": r.parent_id, "fork_node": r.fork_node,
+    }
+
+
+@st.cache_data(ttl=QUERY_TTL_S, max_entries=256, show_spinner=False)
+def _runs_page(url: str, ver: int, pipeline: Optional[str], status: Optional[str],
+               forks_only: bool, search: Optional[str], limit: int, offset: int) -> list:
+    rw = _handle(url)
+    runs = rw.list_runs(pipeline=pipeline, status=status, search=search, limit=limit,
+                        offset=offset, forks_only=forks_only)
+    return [_run_row(r) for r in runs]
+
+
+@st.cache_data(ttl=QUERY_TTL_S, max_entries=256, show_spinner=False)
+def _runs_count(url: str, ver: int, pipeline: Optional[str], status: Optional[str],
+                forks_only: bool, search: Optional[str]) -> int:
+    filters: dict = {"pipeline": pipeline, "status": status, "search": search}
+    if forks_only:
+        filters["forks_only"] = True
+    return int(_handle(url).count_runs(**filters))
+
+
+def runs_page(pipeline=None, status=None, forks_only=False, search=None, limit=50, offset=0) -> list:
+    get_rw()
+    return _runs_page(db_url(), version(), pipeline or None, status or None, bool(forks_only),
+                      (search or "").strip() or None, int(limit), int(offset))
+
+
+def runs_count(pipeline=None, status=None, forks_only=False, search=None) -> int:
+    get_rw()
+    return _runs_count(db_url(), version(), pipeline or None, status or None, bool(forks_only),
+                       (search or "").strip() or None)
+
+
+@st.cache_resource(ttl=QUERY_TTL_S * 4, max_entries=64, show_spinner=False)
+def _get_run(url: str, ver: int, run_id: str) -> Any:
+    return _handle(url).get_run(run_id)
+
+
+def get_run(run_id: str) -> Any:
+    """The full Run (raises rewind.NotFound)."""
+    get_rw()
+    return _get_run(db_url(), version(), str(run_id))
+
+
+def find_run(run_id: Optional[str]) -> Optional[Any]:
+    if not run_id:
+        return None
+    try:
+        return get_run(run_id)
+    except rewind.RewindError:
+        return None
+
+
+@st.cache_data(ttl=QUERY_TTL_S, max_entries=128, show_spinner=False)
+def _lineage(url: str, ver: int, run_id: str) -> dict:
+    lin = _handle(url).lineage(run_id)
+    return {
+        "ancestors": [
+            {"id": a["id"], "missing": a["missing"],
+             "fork_node": (a.get("row") or {}).get("fork_node"),
+             "summary": (a.get("row") or {}).get("summary")}
+            for a in lin["ancestors"]
+        ],
+        "children": [
+            {"id": c["id"], "fork_node": c.get("fork_node"), "status": c.get("status"),
+             "total_tokens": c.get("total_tokens")}
+            for c in lin["children"]
+        ],
+    }
+
+
+def lineage(run_id: str) -> dict:
+    get_rw()
+    return _lineage(db_url(), version(), str(run_id))
+
+
+@st.cache_resource(ttl=QUERY_TTL_S * 4, max_entries=64, show_spinner=False)
+def _graph(url: str, ver: int, run_id: str) -> tuple:
+    rw = _handle(url)
+    nodes, edges = rw.graph(_get_run(url, ver, run_id))
+    return list(nodes), [tuple(e) for e in edges]
+
+
+def graph_of(run: Any) -> tuple:
+    get_rw()
+    return _graph(db_url(), version(), run.id)
+
+
+@st.cache_data(ttl=QUERY_TTL_S, max_entries=8, show_spinner=False)
+def _alarms(url: str, ver: int) -> list:
+    return list(_handle(url).alarms())
+
+
+def alarms() -> list:
+    get_rw()
+    return _alarms(db_url(), version())
+
+
+def alarms_for(run: Any) -> list:
+    """Nondeterminism alarms that concern a run: raised by it, or on a (node, input hash) it ran."""
+    keys = {(s.node, s.input_hash) for s in run.steps}
+    return [a for a in alarms() if a.get("run_id") == run.id or (a.get("node"), a.get("input_hash")) in keys]
+
+
+@st.cache_resource(ttl=QUERY_TTL_S * 4, max_entries=32, show_spinner=False)
+def _diff(url: str, ver: int, a: str, b: str) -> Any:
+    return _handle(url).diff(a, b)
+
+
+def diff(a: str, b: str) -> Any:
+    get_rw()
+    return _diff(db_url(), version(), str(a), str(b))
+
+
+@st.cache_data(ttl=QUERY_TTL_S, max_entries=8, show_spinner=False)
+def _cache_stats(url: str, ver: int) -> dict:
+    return dict(_handle(url).cache_stats())
+
+
+def cache_stats() -> dict:
+    get_rw()
+    return _cache_stats(db_url(), version())
+
+
+def pipeline_names() -> list:
+    return sorted(get_rw().pipelines())
+
+
+def find_pipeline(name: str) -> Optional[Any]:
+    try:
+        return get_rw().pipeline(name)
+    except rewind.RewindError:
+        return None
+
+
+# --- process-wide UI settings ------------------------------------------------------------------
+
+@st.cache_resource(show_spinner=False)
+def ui_settings() -> dict:
+    """Settings shared by every session of this server (never holds a secret)."""
+    return {"default_temperature": 0.7}
+
+
+# --- selection state and deep links ------------------------------------------------------------
+
+def deep_link(names: tuple) -> Optional[dict]:
+    """The query params `names` when they changed since this session last read or wrote them
+    (an opened or edited URL), else None."""
+    current = {k: (st.query_params.get(k) or None) for k in names}
+    seen_key = "_qp_seen:" + ",".join(names)
+    if any(current.values()) and st.session_state.get(seen_key) != current:
+        st.session_state[seen_key] = current
+        return current
+    return None
+
+
+def write_query_params(values: dict) -> None:
+    """Reflect the current selection in the URL, so it can be shared or reloaded."""
+    names = tuple(values)
+    for k, v in values.items():
+        if v:
+            if st.query_params.get(k) != str(v):
+                st.query_params[k] = str(v)
+        elif k in st.query_params:
+            del st.query_params[k]
+    st.session_state["_qp_seen:" + ",".join(names)] = {k: (str(v) if v else None) for k, v in values.items()}
+
+
+def bound_selectbox(label: str, options: list, state_key: str,
+                    format_func: Callable = str, **kwargs: Any) -> Any:
+    """A selectbox whose value lives in a plain session key (surviving page switches and
+    programmatic changes from buttons, graph clicks and deep links)."""
+    wkey = "_w_" + state_key
+    options = list(options)
+    cur = st.session_state.get(state_key)
+    if cur not in options:
+        cur = options[0] if options else None
+        st.session_state[state_key] = cur
+    st.session_state[wkey] = cur
+
+    def _sync() -> None:
+        st.session_state[state_key] = st.session_state[wkey]
+
+    st.selectbox(label, options, key=wkey, format_func=format_func, on_change=_sync, **kwargs)
+    return st.session_state.get(state_key)
+
+
+def select_run(run_id: Optional[str], node: Optional[str] = None) -> None:
+    st.session_state[SEL_RUN] = run_id
+    st.session_state[SEL_NODE] = node
+
+
+def open_fork(run_id: str, node_key: Optional[str]) -> None:
+    st.session_state[FORK_RUN] = run_id
+    st.session_state[FORK_NODE] = node_key
+
+
+def open_diff(a: str, b: str) -> None:
+    st.session_state[DIFF_A] = a
+    st.session_state[DIFF_B] = b
+
+
+def run_label(row: Any) -> str:
+    """`id · pipeline · question…` for selectboxes (a row dict or a Run)."""
+    get = row.get if isinstance(row, dict) else (lambda k, d=None: getattr(row, k, d))
+    summary = " ".join(str(get("summary") or "").split())
+    if len(summary) > 48:
+        summary = summary[:47] + "…"
+    fork = f" ↳{get('fork_node')}" if get("parent_id") else ""
+    return f"{get('id')} · {get('pipeline')}{fork} · {summary}"

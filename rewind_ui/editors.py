@@ -1,0 +1,137 @@
+"""Editing a node's read fields and params on the Fork page.
+
+Each value gets a widget that fits its type (text area for text, number input for numbers, a
+checkbox for booleans, a validated JSON editor for anything else). Parsing is separate from
+rendering so it can be tested without Streamlit, and only values that really changed are sent
+to `rw.fork` as `edit` / `params`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any, Optional
+
+from .fmt import json_text, to_jsonable
+
+TEXT, INT, FLOAT, BOOL, JSON = "text", "int", "float", "bool", "json"
+
+
+class FieldError(ValueError):
+    """A widget value that cannot be used, naming the field."""
+
+    def __init__(self, field: str, message: str):
+        super().__init__(f"{field}: {message}")
+        self.field = field
+        self.message = message
+
+
+def kind_of(value: Any) -> str:
+    if isinstance(value, bool):
+        return BOOL
+    if isinstance(value, int):
+        return INT
+    if isinstance(value, float) and math.isfinite(value):
+        return FLOAT
+    if isinstance(value, str):
+        return TEXT
+    return JSON
+
+
+def widget_initial(kind: str, value: Any) -> Any:
+    """What the widget starts with for a recorded value."""
+    if kind == JSON:
+        return json_text(value)
+    if kind == FLOAT:
+        return float(value)
+    return value
+
+
+def parse_value(kind: str, raw: Any, field: str) -> Any:
+    """The Python value a widget's raw content stands for; `FieldError` naming the field."""
+    if kind == JSON:
+        text = "" if raw is None else str(raw)
+        if not text.strip():
+            raise FieldError(field, "is empty; write JSON (for example null, 42, \"text\" or {})")
+        try:
+            return json.loads(text)
+        except json.JSONDecodeError as e:
+            raise FieldError(
+                field, f"is not valid JSON: {e.msg} at line {e.lineno}, column {e.colno}"
+            ) from None
+    if kind == INT:
+        if raw is None:
+            raise FieldError(field, "needs a whole number")
+        return int(raw)
+    if kind == FLOAT:
+        if raw is None:
+            raise FieldError(field, "needs a number")
+        return float(raw)
+    if kind == BOOL:
+        return bool(raw)
+    return "" if raw is None else str(raw)
+
+
+def _canon(value: Any) -> str:
+    return json.dumps(to_jsonable(value), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def same_value(a: Any, b: Any) -> bool:
+    """Equal as far as the editor can tell (a float's last bits, tuple vs list are equal)."""
+    if isinstance(a, float) and isinstance(b, (int, float)) and not isinstance(b, bool):
+        return math.isclose(a, float(b), rel_tol=1e-12, abs_tol=1e-15)
+    if isinstance(b, float) and isinstance(a, (int, float)) and not isinstance(a, bool):
+        return math.isclose(float(a), b, rel_tol=1e-12, abs_tol=1e-15)
+    try:
+        return _canon(a) == _canon(b)
+    except Exception:
+        return a == b
+
+
+def changes(originals: dict, kinds: dict, raws: dict) -> tuple:
+    """(changed values, errors) for widget contents `raws` against recorded `originals`.
+
+    `errors` is a list of `FieldError`; a field with an error is never in the changes."""
+    changed, errors = {}, []
+    for field, raw in raws.items():
+        try:
+            value = parse_value(kinds[field], raw, field)
+        except FieldError as e:
+            errors.append(e)
+            continue
+        if field not in originals or not same_value(originals[field], value):
+            changed[field] = value
+    return changed, errors
+
+
+def render_value_widget(st: Any, label: str, value: Any, key: str, *, kind: Optional[str] = None,
+                        name: Optional[str] = None, help: Optional[str] = None) -> tuple:
+    """Draw the widget for one value; returns (kind, raw widget content).
+
+    The widget's state is seeded through session state (never a `value=` argument), so it keeps
+    what the user typed across reruns and a reset simply deletes the key."""
+    kind = kind or kind_of(value)
+    name = (name or label).lower()
+    if key not in st.session_state:
+        st.session_state[key] = widget_initial(kind, value)
+    if kind == TEXT:
+        text = str(value or "")
+        multiline = "\n" in text or len(text) > 80 or name in ("prompt", "system", "instructions")
+        if multiline or name not in ("model",) and len(text) > 40:
+            height = 120 if len(text) < 400 else 240
+            raw = st.text_area(label, key=key, help=help, height=height)
+        else:
+            raw = st.text_input(label, key=key, help=help)
+    elif kind == BOOL:
+        raw = st.checkbox(label, key=key, help=help)
+    elif kind == INT:
+        raw = st.number_input(label, key=key, step=1, help=help)
+    elif kind == FLOAT:
+        if name == "temperature" and 0.0 <= float(st.session_state[key]) <= 2.0:
+            raw = st.number_input(label, key=key, min_value=0.0, max_value=2.0, step=0.1, help=help)
+        else:
+            raw = st.number_input(label, key=key, step=0.1, format="%.4g", help=help)
+    else:
+        raw = st.text_area(label + " (JSON)", key=key, help=help or "Edit as JSON; it is validated before anything runs.",
+                           height=160)
+    return kind, raw

@@ -1,0 +1,181 @@
+"""Formatting and safe text helpers. Pure functions: no streamlit import, easy to test.
+
+Model output is untrusted: it is shown with st.text / st.code / st.json, never as markdown with
+HTML. Where a short untrusted string must sit inside markdown (a label, a caption), it goes
+through `md_escape`, which neutralises HTML and markdown syntax.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as _dt
+import html
+import json
+import math
+import re
+import urllib.parse
+from typing import Any, Optional
+
+_MD_SPECIAL = re.compile(r"([\\`*_{}\[\]()#+\-.!|~:$>])")
+
+
+def md_escape(text: Any, limit: Optional[int] = None) -> str:
+    """`text` made inert inside Streamlit markdown: HTML entities escaped, markdown syntax
+    (emphasis, links, `:color[]` directives, `$` maths) backslash-escaped, newlines flattened."""
+    s = "" if text is None else str(text)
+    if limit is not None and len(s) > limit:
+        s = s[: max(0, limit - 1)] + "…"
+    s = s.replace("\r", " ").replace("\n", " ")
+    s = html.escape(s, quote=True)
+    return _MD_SPECIAL.sub(r"\\\1", s)
+
+
+def tooltip_escape(text: Any, limit: int = 600) -> str:
+    """Text for a vis-network tooltip (streamlit-agraph puts it in a div via innerHTML):
+    every HTML special character escaped, so `<img onerror>` is shown, never parsed."""
+    s = "" if text is None else str(text)
+    if len(s) > limit:
+        s = s[: limit - 1] + "…"
+    return html.escape(s, quote=True)
+
+
+STATUS_DOT = {
+    "executed": ":green[●]", "cached": ":blue[●]", "dry-run": ":orange[●]", "failed": ":red[●]",
+    "inherited": ":violet[●]",
+}
+
+
+def status_dot(status: str) -> str:
+    """A coloured dot (Streamlit markdown colour directive) for a step status."""
+    return STATUS_DOT.get(status, ":gray[●]")
+
+
+def short_hash(h: Optional[str], n: int = 10) -> str:
+    return (h or "")[:n] if h else "—"
+
+
+def fmt_tokens(n: Any) -> str:
+    try:
+        return f"{int(n):,}"
+    except (TypeError, ValueError):
+        return "—"
+
+
+def fmt_ms(ms: Any) -> str:
+    try:
+        ms = float(ms)
+    except (TypeError, ValueError):
+        return "—"
+    if ms >= 10_000:
+        return f"{ms / 1000:.1f} s"
+    if ms >= 1000:
+        return f"{ms / 1000:.2f} s"
+    return f"{ms:.0f} ms" if ms >= 10 else f"{ms:.1f} ms"
+
+
+def fmt_ts(ts: Any) -> str:
+    if ts in (None, ""):
+        return "—"
+    try:
+        return _dt.datetime.fromtimestamp(float(ts)).strftime("%Y-%m-%d %H:%M:%S")
+    except (TypeError, ValueError, OverflowError, OSError):
+        return "—"
+
+
+def fmt_bytes(n: Any) -> str:
+    try:
+        n = float(n)
+    except (TypeError, ValueError):
+        return "—"
+    for unit in ("B", "KB", "MB", "GB"):
+        if n < 1024 or unit == "GB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} GB"
+
+
+def mask_url(url: Any) -> str:
+    """A store URL with any password replaced by ***: `postgresql://u:***@host/db`."""
+    s = "" if url is None else str(url)
+    if "://" not in s:
+        return s
+    try:
+        parts = urllib.parse.urlsplit(s)
+    except ValueError:
+        return "<unparseable url>"
+    netloc = parts.netloc
+    if parts.password is not None:
+        host = parts.hostname or ""
+        if parts.port:
+            host += f":{parts.port}"
+        netloc = f"{parts.username or ''}:***@{host}"
+    query = parts.query
+    if query:
+        pairs = urllib.parse.parse_qsl(query, keep_blank_values=True)
+        query = urllib.parse.urlencode(
+            [(k, "***" if k.lower() in ("password", "pass", "pwd", "sslpassword") else v) for k, v in pairs]
+        )
+    return urllib.parse.urlunsplit(parts._replace(netloc=netloc, query=query))
+
+
+def step_key(node: str, occurrence: int = 1) -> str:
+    """The label of a step: `critique`, or `critique#2` for a second visit."""
+    return node if int(occurrence or 1) == 1 else f"{node}#{int(occurrence)}"
+
+
+def parse_step_key(key: Optional[str]) -> tuple:
+    if not key:
+        return None, 1
+    node, sep, occ = str(key).rpartition("#")
+    if sep and occ.isdigit() and node:
+        return node, int(occ)
+    return str(key), 1
+
+
+def to_jsonable(value: Any, _depth: int = 0) -> Any:
+    """A value st.json can show faithfully: dataclasses, sets, tuples, bytes, datetimes and
+    objects with no JSON form become plain JSON (repr as the last resort)."""
+    if _depth > 50:
+        return repr(value)
+    if value is None or isinstance(value, (bool, int, str)):
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else repr(value)
+    if isinstance(value, dict):
+        return {str(k): to_jsonable(v, _depth + 1) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [to_jsonable(v, _depth + 1) for v in value]
+    if isinstance(value, (set, frozenset)):
+        items = [to_jsonable(v, _depth + 1) for v in value]
+        try:
+            return sorted(items)
+        except TypeError:
+            return items
+    if isinstance(value, (bytes, bytearray)):
+        return f"<{len(value)} bytes>"
+    if isinstance(value, (_dt.datetime, _dt.date, _dt.time)):
+        return value.isoformat()
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return to_jsonable(dataclasses.asdict(value), _depth + 1)
+    dump = getattr(value, "model_dump", None)
+    if callable(dump):
+        try:
+            return to_jsonable(dump(), _depth + 1)
+        except Exception:
+            pass
+    return repr(value)
+
+
+def json_text(value: Any) -> str:
+    """Pretty JSON for an editor: exact for JSON values, best effort otherwise."""
+    return json.dumps(to_jsonable(value), indent=2, ensure_ascii=False, sort_keys=False)
+
+
+def public_state(state: Optional[dict]) -> dict:
+    """A state snapshot without Burr's internal `__` keys."""
+    return {k: v for k, v in (state or {}).items() if not str(k).startswith("__")}
+
+
+def truncate(text: Any, n: int = 80) -> str:
+    s = "" if text is None else " ".join(str(text).split())
+    return s if len(s) <= n else s[: n - 1] + "…"
