@@ -108,7 +108,13 @@ class Rewind:
                   parent_id: Optional[str] = None, search: Optional[str] = None,
                   limit: int = 50, offset: int = 0, forks_only: bool = False) -> list:
         """Run summaries (no steps loaded), newest first."""
-        if limit is None or int(limit) < 0 or int(offset) < 0:
+        try:
+            limit, offset = int(limit), int(offset)
+        except (TypeError, ValueError):
+            raise InvalidRequest(
+                f"limit and offset must be non-negative integers, not {limit!r} and {offset!r}"
+            ) from None
+        if limit < 0 or offset < 0:
             raise InvalidRequest("limit and offset must be non-negative integers")
         rows = self.store.list_run_rows(
             limit=min(int(limit), 10_000), offset=int(offset), pipeline=pipeline, status=status,
@@ -166,6 +172,12 @@ class Rewind:
         bad = [k for k in state if not isinstance(k, str)]
         if bad:
             raise InvalidRequest(f"state keys must be strings; got {bad[:3]!r}")
+        for k in state:
+            if "\x00" in k or any(0xD800 <= ord(c) <= 0xDFFF for c in k):
+                raise InvalidRequest(
+                    f"state key {k!r} contains a NUL or a lone surrogate; keys must be valid "
+                    "Unicode text"
+                )
         run_id = new_run_id()
         ctx = ExecutionContext(self.store, run_id, pipeline, use_cache=use_cache, on_step=on_step)
         ctx.absorb(state)  # raises UnhashableValue naming the field, before anything is written
@@ -208,15 +220,17 @@ class Rewind:
         if index == fork_index:
             return run_row["id"], int(run_row["start_seq"] if run_row["start_seq"] is not None else -1)
         if index < fork_index:
-            if index == 0:
-                # inherited from the beginning: the root's start state
-                parent = self.store.get_run_row(run_row["parent_id"]) if run_row["parent_id"] else None
-                if parent is None:
-                    raise NotFound(
-                        f"run {run_row['id']}'s ancestors were purged; fork it at a later node"
-                    )
+            # An inherited step: the parent's trajectory up to here is this run's, and so is the
+            # state before it, including an edit an ancestor made at exactly this node (the
+            # saved state after step index-1 does not have that edit).
+            parent = self.store.get_run_row(run_row["parent_id"]) if run_row["parent_id"] else None
+            if parent is not None:
                 parent_steps = [step_from_row(r, self.store) for r in self.store.get_node_rows(parent["id"])]
-                return self._fork_source(parent, parent_steps, 0)
+                return self._fork_source(parent, parent_steps, index)
+            if index == 0:
+                raise NotFound(
+                    f"run {run_row['id']}'s ancestors were purged; fork it at a later node"
+                )
         prev = steps[index - 1]
         if prev.sequence_id is None or prev.state_app_id is None:
             raise ForkError(f"step {prev.node}#{prev.occurrence} of run {run_row['id']} has no saved state")

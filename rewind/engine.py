@@ -619,7 +619,7 @@ def new_run_id() -> str:
 def summarize_state(state: dict) -> str:
     for v in state.values():
         if isinstance(v, str) and v.strip():
-            return v.strip()[:200]
+            return v.strip()[:200].replace("\x00", "\ufffd")
     try:
         return json.dumps(state, default=str)[:200]
     except Exception:

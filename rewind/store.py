@@ -19,7 +19,7 @@ import time
 from typing import Any, Iterable, Iterator, Optional, Sequence
 
 from . import serde
-from .errors import IntegrityError, NotFound, StoreError
+from .errors import IntegrityError, InvalidRequest, NotFound, StoreError
 from .hashing import canonical_hash, sha256_hex, canonical_json
 
 SCHEMA_VERSION = 1
@@ -115,12 +115,27 @@ def process_alive(pid: int, started: Optional[float]) -> bool:
         return False
     except PermissionError:
         return True
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            if f.read().rsplit(b")", 1)[1].split()[0] == b"Z":
+                return False  # a zombie: dead, only not yet reaped by its parent
+    except (OSError, IndexError):
+        pass
     now_started = process_started(pid)
     return started is None or now_started is None or abs(now_started - started) < 1e-6
 
 
 HOST = socket.gethostname()
 PID = os.getpid()
+
+
+def _decodes_to(data: bytes, h: str) -> bool:
+    """Do stored bytes decode to a value whose canonical hash is `h`? Bytes that no longer
+    decode at all (truncated, overwritten) are as corrupt as a wrong value."""
+    try:
+        return canonical_hash(serde.decode(data)) == h
+    except Exception:
+        return False
 
 
 def refs_json(refs: dict) -> str:
@@ -239,7 +254,13 @@ class SQLStore(Store):
 
     def execute(self, sql: str, params: Sequence = ()):
         cur = self.connection.cursor()
-        cur.execute(self._sql(sql), tuple(params))
+        try:
+            cur.execute(self._sql(sql), tuple(params))
+        except UnicodeEncodeError as e:
+            raise InvalidRequest(
+                f"a value is not valid Unicode text ({e.reason} at position {e.start}); "
+                "lone surrogates cannot be stored or searched for"
+            ) from None
         return cur
 
     def query(self, sql: str, params: Sequence = ()) -> list:
@@ -297,7 +318,7 @@ class SQLStore(Store):
                 data = bytes(data)
                 # Fast path: for most values (strings, sorted plain data) the stored bytes are
                 # the canonical JSON itself; otherwise decode and re-hash.
-                if sha256_hex(data) != h and canonical_hash(serde.decode(data)) != h:
+                if sha256_hex(data) != h and not _decodes_to(data, h):
                     raise IntegrityError(
                         f"blob {h[:12]}… no longer matches its hash: the database was altered "
                         "outside Rewind; run `python -m rewind gc` to drop it"
@@ -365,7 +386,9 @@ class SQLStore(Store):
         if forks_only:
             where.append("parent_id IS NOT NULL")
         if search:
-            like = self._like(str(search))
+            # LIKE stops at a NUL on SQLite (matching everything) and PostgreSQL text cannot
+            # hold one: display text stores NUL as U+FFFD, so search for that
+            like = self._like(str(search).replace("\x00", "\ufffd"))
             where.append(
                 "(id LIKE ? ESCAPE '\\' OR summary LIKE ? ESCAPE '\\' OR pipeline LIKE ? ESCAPE '\\')"
             )

@@ -14,6 +14,7 @@ a fresh database at once do not race on CREATE TABLE.
 from __future__ import annotations
 
 import contextlib
+import os
 import re
 import threading
 import uuid
@@ -45,8 +46,6 @@ class _Conn(psycopg2.extensions.connection):
 
 class BlobRefPostgresPersister(BlobRefPersisterMixin, PostgreSQLPersister):
     """Burr's PostgreSQLPersister on the store's connection, writing blob references."""
-
-    PARTITION_KEY_DEFAULT = PARTITION_KEY
 
     def __init__(self, store: "PostgresStore", connection):
         super().__init__(connection, table_name=BURR_TABLE)
@@ -113,11 +112,37 @@ class PostgresStore(SQLStore):
     def _make_persister(self, connection):
         return BlobRefPostgresPersister(self, connection)
 
+    def _slot(self):
+        # One connection per thread, as the base class does; but a server has a connection
+        # limit, and a dashboard starts a thread per page run: when a thread opens its first
+        # connection, close those of threads that have ended.
+        slot = getattr(self._local, "slot", None)
+        if slot is not None and slot["conn"].closed and not slot["conn"].depth:
+            # the server closed it (a restart, an idle timeout): forget it and connect again
+            with self._lock:
+                self._all_connections = [s for s in self._all_connections if s is not slot]
+            self._local.slot = slot = None
+        if slot is None or slot.get("pid") != os.getpid():
+            self._reap_dead_threads()
+            slot = super()._slot()
+            slot["thread"] = threading.current_thread()
+        return slot
+
+    def _reap_dead_threads(self) -> None:
+        pid = os.getpid()
+        with self._lock:
+            dead = [s for s in self._all_connections
+                    if s.get("pid") == pid and s.get("thread") is not None
+                    and not s["thread"].is_alive()]
+            self._all_connections = [s for s in self._all_connections if s not in dead]
+        for s in dead:
+            s["persister"] = None
+            with contextlib.suppress(Exception):
+                s["conn"].close()
+
     def close(self) -> None:
         """Close this process's connections. A connection inherited across fork() belongs to
         the parent: closing it here would send the server a Terminate on the parent's socket."""
-        import os
-
         pid = os.getpid()
         with self._lock:
             mine = [s for s in self._all_connections if s.get("pid") == pid]
@@ -145,6 +170,11 @@ class PostgresStore(SQLStore):
                 f"a value is not valid Unicode text ({e.reason} at position {e.start}); "
                 "lone surrogates cannot be stored or searched for"
             ) from None
+        except psycopg2.DataError as e:
+            # a value PostgreSQL cannot hold (e.g. \u0000 or a lone surrogate escape in JSONB);
+            # the statement failed, so the caller's transaction rolls back
+            first = (e.pgerror or str(e)).strip().splitlines()[0]
+            raise InvalidRequest(f"PostgreSQL refused a value: {first}") from None
         return cur
 
     def _end_read(self) -> None:
