@@ -60,3 +60,9 @@ def pytest_sessionfinish(session, exitstatus):
     if skipped:
         reporter.write_line(f"REWIND_NO_SKIP: {len(skipped)} test(s) skipped; failing the run", red=True)
         session.exitstatus = 1
+
+
+@pytest.fixture
+def db_url(store_url):
+    """The same fresh database as `store_url` (the name the storage suites use)."""
+    return store_url

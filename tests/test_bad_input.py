@@ -20,32 +20,12 @@ from rewind import Pipeline, Rewind, action
 from rewind.errors import InvalidRequest, NotFound, RewindError
 from rewind.hashing import canonical_hash
 
-PG_ENV = "REWIND_TEST_PG_URL"
 TABLES = ("runs", "nodes", "blobs", "burr_state", "cache", "tool_cache", "edges")
 TRIED: list = []  # every bad input tried, for the summary line
 
 
-def pg_base_url() -> str:
-    url = os.environ.get(PG_ENV)
-    if not url:
-        if os.environ.get("CI"):
-            pytest.fail(f"{PG_ENV} is not set but CI is: start PostgreSQL with scripts/pg.sh start")
-        pytest.skip(f"{PG_ENV} not set: export {PG_ENV}=$(bash scripts/pg.sh start)")
-    return url
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
-def db_url(request, tmp_path):
-    if request.param == "sqlite":
-        yield str(tmp_path / "rewind.db")
-        return
-    from rewind.store_postgres import create_test_database, drop_database
-
-    url = create_test_database(pg_base_url())
-    try:
-        yield url
-    finally:
-        drop_database(url)
 
 
 # --- the pipeline --------------------------------------------------------------------------------

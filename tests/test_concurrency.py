@@ -24,32 +24,12 @@ from rewind import Pipeline, Rewind, action
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TESTS = os.path.dirname(os.path.abspath(__file__))
-PG_ENV = "REWIND_TEST_PG_URL"
 THREADS = 8
 PROCESSES = 2  # this process and one child, THREADS forks each
 
 
-def pg_base_url() -> str:
-    url = os.environ.get(PG_ENV)
-    if not url:
-        if os.environ.get("CI"):
-            pytest.fail(f"{PG_ENV} is not set but CI is: start PostgreSQL with scripts/pg.sh start")
-        pytest.skip(f"{PG_ENV} not set: export {PG_ENV}=$(bash scripts/pg.sh start)")
-    return url
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
-def db_url(request, tmp_path):
-    if request.param == "sqlite":
-        yield str(tmp_path / "rewind.db")
-        return
-    from rewind.store_postgres import create_test_database, drop_database
-
-    url = create_test_database(pg_base_url())
-    try:
-        yield url
-    finally:
-        drop_database(url)
 
 
 def backend(url: str) -> str:

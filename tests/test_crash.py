@@ -24,31 +24,11 @@ from rewind.errors import InvalidRequest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TESTS = os.path.dirname(os.path.abspath(__file__))
-PG_ENV = "REWIND_TEST_PG_URL"
 BLOCK_ENV = "REWIND_TEST_BLOCK_FILE"
 
 
-def pg_base_url() -> str:
-    url = os.environ.get(PG_ENV)
-    if not url:
-        if os.environ.get("CI"):
-            pytest.fail(f"{PG_ENV} is not set but CI is: start PostgreSQL with scripts/pg.sh start")
-        pytest.skip(f"{PG_ENV} not set: export {PG_ENV}=$(bash scripts/pg.sh start)")
-    return url
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
-def db_url(request, tmp_path):
-    if request.param == "sqlite":
-        yield str(tmp_path / "rewind.db")
-        return
-    from rewind.store_postgres import create_test_database, drop_database
-
-    url = create_test_database(pg_base_url())
-    try:
-        yield url
-    finally:
-        drop_database(url)
 
 
 # --- the pipeline: its third node blocks when the child is told to ------------------------------

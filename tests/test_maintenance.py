@@ -15,36 +15,17 @@ import pytest
 from burr.core.graph import GraphBuilder
 
 import rewind
+from tests.conftest import postgres_base_url as pg_base_url
 from rewind import Pipeline, Rewind, action
 from rewind.errors import IntegrityError, InvalidRequest, NotFound
 from rewind.hashing import canonical_hash
 
-PG_ENV = "REWIND_TEST_PG_URL"
 DAY = 86400.0
 TABLES = ("runs", "nodes", "edges", "cache", "tool_cache", "blobs", "burr_state", "alarms")
 
 
-def pg_base_url() -> str:
-    url = os.environ.get(PG_ENV)
-    if not url:
-        if os.environ.get("CI"):
-            pytest.fail(f"{PG_ENV} is not set but CI is: start PostgreSQL with scripts/pg.sh start")
-        pytest.skip(f"{PG_ENV} not set: export {PG_ENV}=$(bash scripts/pg.sh start)")
-    return url
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
-def db_url(request, tmp_path):
-    if request.param == "sqlite":
-        yield str(tmp_path / "rewind.db")
-        return
-    from rewind.store_postgres import create_test_database, drop_database
-
-    url = create_test_database(pg_base_url())
-    try:
-        yield url
-    finally:
-        drop_database(url)
 
 
 @pytest.fixture

@@ -19,20 +19,13 @@ from burr.core import expr
 from burr.core.graph import GraphBuilder
 
 import rewind
+from tests.conftest import postgres_base_url as pg_base_url
 from rewind import Pipeline, Rewind, action
 from rewind.errors import InvalidRequest, NotFound, StoreError
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-PG_ENV = "REWIND_TEST_PG_URL"
 
 
-def pg_base_url() -> str:
-    url = os.environ.get(PG_ENV)
-    if not url:
-        if os.environ.get("CI"):
-            pytest.fail(f"{PG_ENV} is not set but CI is: start PostgreSQL with scripts/pg.sh start")
-        pytest.skip(f"{PG_ENV} not set: export {PG_ENV}=$(bash scripts/pg.sh start)")
-    return url
 
 
 @pytest.fixture
@@ -46,18 +39,6 @@ def pg_url():
         drop_database(url)
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
-def db_url(request, tmp_path):
-    if request.param == "sqlite":
-        yield str(tmp_path / "rewind.db")
-        return
-    from rewind.store_postgres import create_test_database, drop_database
-
-    url = create_test_database(pg_base_url())
-    try:
-        yield url
-    finally:
-        drop_database(url)
 
 
 # --- a small pipeline: the offline model, a loop, a side effect --------------------------------
