@@ -472,9 +472,17 @@ def topic_of(prompt: Prompt) -> str:
     return " ".join(kws) if kws else "the subject"
 
 
+_QUESTION_LEAD = re.compile(
+    r"^(?:how|what|why|when|where|which|who)\s+(?:do|does|did|is|are|was|were|can|could|should|to)\s+",
+    re.IGNORECASE,
+)
+
+
 def _clean_topic(line: str) -> str:
     text = _INSTRUCTION_PREFIX.sub("", line.strip(), count=1) or line.strip()
     text = text.strip().strip("\"'").rstrip(" .?!:;")
+    # "How do generators work?" is a question about generators, not a topic named "How do…"
+    text = _QUESTION_LEAD.sub("", text, count=1) or text
     if len(text) > 90:  # a whole paragraph is not a topic: keep its first clause
         text = re.split(r"[.;:!?]\s", text)[0][:90].rsplit(" ", 1)[0]
     return text or "the subject"
