@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import time
@@ -200,7 +201,7 @@ class Rewind:
         return execute(ctx, builder, self._heartbeat, started)
 
     def _save_start_state(self, ctx: ExecutionContext, app_id: str, sequence_id: int,
-                          next_node: str, state: dict) -> None:
+                          next_node: str, state: dict, flush: bool = True) -> None:
         # Saved as Burr's "failed" status: the state before `next_node` ran, so that Burr's
         # fork resumes *at* that node (a completed row resumes at the node after it).
         from burr.core import State
@@ -210,7 +211,8 @@ class Rewind:
             self.store.persister().save(
                 PARTITION_KEY, app_id, sequence_id, next_node, State(state), "failed"
             )
-            ctx.flush_pending(self.store)  # callers hold the transaction the run row is in
+            if flush:
+                ctx.flush_pending(self.store)  # callers hold the transaction the run row is in
         finally:
             self.store.live_contexts.pop(app_id, None)
 
@@ -273,7 +275,8 @@ class Rewind:
         if not isinstance(occurrence, int) or occurrence < 1:
             raise InvalidRequest(f"occurrence must be a positive integer, not {occurrence!r}")
 
-        steps = [step_from_row(r, self.store) for r in self.store.get_node_rows(parent_row["id"])]
+        parent_rows = self.store.get_node_rows(parent_row["id"])
+        steps = [step_from_row(r, self.store) for r in parent_rows]
         visits = [i for i, s in enumerate(steps) if s.node == at]
         if len(visits) >= occurrence:
             index = visits[occurrence - 1]
@@ -299,6 +302,10 @@ class Rewind:
             param_overrides=overrides, parent_steps=parent_by_key,
             parent_id=parent_row["id"], prior_steps=[], on_step=on_step,
         )
+        if use_cache:
+            ctx.cache_prefetch = self.store.cache_get_many(
+                [(s.node, s.input_hash) for s in steps[index:] if s.status != "failed"]
+            )
         persister = self.store.persister()
         builder = base_builder(ctx, fork_id).initialize_from(
             persister,
@@ -335,20 +342,20 @@ class Rewind:
         start_state = {k: v for k, v in app.state.get_all().items() if not k.startswith("__")}
 
         inherited_rows = []
-        for i, s in enumerate(prior):
-            inherited_rows.append({
-                "run_id": fork_id, "idx": i, "node": s.node, "occurrence": s.occurrence,
-                "status": "inherited", "sequence_id": s.sequence_id,
-                "state_app_id": s.state_app_id, "input_hash": s.input_hash,
-                "output_hash": s.output_hash, "field_hashes": json.dumps(s.field_hashes, sort_keys=True),
-                "params": json.dumps(s.params, sort_keys=True, default=repr),
-                "inputs": json.dumps(s.input_refs, sort_keys=True),
-                "outputs": json.dumps(s.output_refs, sort_keys=True), "prompt_tokens": 0,
+        reason = f"inherited from run {parent_row['id']}"
+        for i, (raw, s) in enumerate(zip(parent_rows[:index], prior)):
+            inherited = {
+                "run_id": fork_id, "idx": i, "status": "inherited", "prompt_tokens": 0,
                 "completion_tokens": 0, "tokens": 0, "tokens_saved": 0, "latency_ms": 0.0,
-                "reason": f"inherited from run {parent_row['id']}", "error": None,
-                "started_at": s.started_at, "source_run": s.run_id if s.status != "inherited" else s.source_run,
-            })
-        ctx.steps = [step_from_row(r, self.store) for r in inherited_rows]
+                "reason": reason, "error": None,
+                "source_run": s.run_id if s.status != "inherited" else s.source_run,
+            }
+            inherited_rows.append({**raw, **inherited})
+            ctx.steps.append(dataclasses.replace(
+                s, status="inherited", run_id=fork_id, index=i, tokens=0, prompt_tokens=0,
+                completion_tokens=0, tokens_saved=0, latency_ms=0.0, reason=reason, error=None,
+                source_run=inherited["source_run"], _inputs=None, _outputs=None,
+            ))
         ctx.occurrences.update(s.node for s in ctx.steps)
         row = {
             "id": fork_id, "pipeline": pipeline.name, "status": "running",
@@ -360,11 +367,11 @@ class Rewind:
             "allow_side_effects": int(bool(allow_side_effects)), "use_cache": int(bool(use_cache)),
             "start_seq": source_seq, "fork_index": index, **owner_fields(),
         }
-        with self.store.transaction():
-            self.store.insert_run(row)
-            for r in inherited_rows:
-                self.store.insert_node(r)
-            self._save_start_state(ctx, fork_id, source_seq, at, start_state)
+        # The fork's rows are written with its first commit: before the first step that
+        # executes, or at the end when every step is served from the cache.
+        ctx.pending_run = row
+        ctx.pending_rows.extend(inherited_rows)
+        self._save_start_state(ctx, fork_id, source_seq, at, start_state, flush=False)
         return execute(ctx, app, self._heartbeat, started)
 
     def resume(self, run_id: str, on_step: Optional[Callable[[Step], None]] = None) -> Run:

@@ -75,6 +75,7 @@ class Pipeline:
             {"pipeline": self.name, "nodes": list(self.actions), "edges": self.edges}
         )
         self._params = {n: node_params(a) for n, a in self.actions.items()}
+        self._param_names: dict = {}
 
     def __repr__(self) -> str:
         return f"Pipeline({self.name!r}, nodes={list(self.actions)})"
@@ -100,7 +101,10 @@ class Pipeline:
         return dict(self._params[node])
 
     def param_names(self, node: str) -> set:
-        return param_names(self.action(node))
+        got = self._param_names.get(node)
+        if got is None:
+            got = self._param_names[node] = frozenset(param_names(self.action(node)))
+        return set(got)
 
     def policy(self, node: str):
         return policy_of(self.action(node))
@@ -194,6 +198,9 @@ class ExecutionContext:
         self.pending_alarms: list = []
         self.pending_hits: list = []
         self.pending_states: list = []
+        self.cache_prefetch: dict = {}  # (node, input_hash) -> cache entry read ahead by a fork
+        self.pending_run: Optional[dict] = None  # a fork's run row, written with its first commit
+        self._heartbeat_written = time.time()  # the run row is inserted with heartbeat_at = now
         self.current: Optional[dict] = None
         self.last_error: Optional[str] = None
         self._node_cache: dict = {}
@@ -219,22 +226,25 @@ class ExecutionContext:
 
     def flush_pending(self, store: SQLStore) -> None:
         """Write queued step rows, cache entries and alarms (inside the caller's transaction)."""
+        if self.pending_run is not None:
+            store.insert_run(self.pending_run)
+            self.pending_run = None
         if self.new_blobs:
             store.put_blobs(self.take_new_blobs())
-        for row in self.pending_rows:
-            store.insert_node(row)
+        if self.pending_rows:
+            store.insert_nodes(self.pending_rows)
         for row in self.pending_cache:
-            if row.pop("_keep_existing", False) and store.cache_get(row["node"], row["input_hash"]):
-                continue
-            store.cache_put(row)
-        for node, input_hash in self.pending_hits:
-            store.cache_hit(node, input_hash)
+            store.cache_put(row, keep_existing=row.pop("_keep_existing", False))
+        if self.pending_hits:
+            store.cache_hits(self.pending_hits)
         for alarm in self.pending_alarms:
             store.add_alarm(*alarm)
-        for state_row in self.pending_states:
-            store.insert_state_row(state_row)
-        if self.pending_rows:
-            store.update_run(self.run_id, heartbeat_at=time.time())
+        if self.pending_states:
+            store.insert_state_rows(self.pending_states)
+        now = time.time()
+        if self.pending_rows and now - self._heartbeat_written >= 5.0:
+            store.update_run(self.run_id, heartbeat_at=now)
+            self._heartbeat_written = now
         self.pending_rows, self.pending_cache, self.pending_alarms, self.pending_hits = [], [], [], []
         self.pending_states = []
 
@@ -262,7 +272,7 @@ class ExecutionContext:
         param_hashes = {f"param:{k}": canonical_hash(v, f"{node}.{k}") for k, v in params.items()}
         got = {
             "policy": policy, "params": params, "runner": runner, "code": code,
-            "param_hashes": param_hashes,
+            "param_hashes": param_hashes, "params_json": _json_or_repr(params),
         }
         self._node_cache[node] = got
         return got
@@ -380,7 +390,7 @@ class ReplayAction(SingleStepAction):
         record = {
             "node": node, "occurrence": occurrence, "input_hash": input_hash,
             "field_hashes": field_hashes, "params": const["params"], "inputs": input_refs,
-            "started_at": started_at, "prompt_tokens": 0, "completion_tokens": 0,
+            "params_json": const["params_json"], "started_at": started_at, "prompt_tokens": 0, "completion_tokens": 0,
             "tokens_saved": 0, "source_run": None, "error": None, "cache_row": None,
         }
         ctx.current = record
@@ -406,7 +416,9 @@ class ReplayAction(SingleStepAction):
                 )
             record["status"] = "dry-run"
         elif policy.cacheable:
-            entry = ctx.store.cache_get(node, input_hash)
+            entry = ctx.cache_prefetch.pop((node, input_hash), None)
+            if entry is None:
+                entry = ctx.store.cache_get(node, input_hash)
             if entry is not None and ctx.use_cache:
                 expired = policy.determinism == TIME_BOUND and (
                     time.time() - entry["cached_at"] >= policy.ttl
@@ -431,9 +443,13 @@ class ReplayAction(SingleStepAction):
                         for k, h in refs.items():
                             ctx.state_hashes[k] = h
                         record["outputs"] = refs
+                        record["outputs_json"] = entry["outputs"]
                         record["output_hash"] = entry["output_hash"]
 
         if outputs is None:
+            if ctx.pending_run is not None:  # make the run visible before doing real work
+                with ctx.store.transaction():
+                    ctx.flush_pending(ctx.store)
             record["status"] = "executed"
             record["reason"] = _miss_reason(
                 ctx, node, occurrence, field_hashes, input_hash, entry, expired, policy
@@ -567,8 +583,9 @@ class StepRecorder(PostRunStepHook):
             "sequence_id": sequence_id, "state_app_id": app_id,
             "input_hash": record["input_hash"], "output_hash": record.get("output_hash"),
             "field_hashes": json.dumps(record["field_hashes"], sort_keys=True),
-            "params": _json_or_repr(record["params"]), "inputs": refs_json(record["inputs"]),
-            "outputs": refs_json(record.get("outputs") or {}),
+            "params": record.get("params_json") or _json_or_repr(record["params"]),
+            "inputs": refs_json(record["inputs"]),
+            "outputs": record.get("outputs_json") or refs_json(record.get("outputs") or {}),
             "prompt_tokens": record["prompt_tokens"], "completion_tokens": record["completion_tokens"],
             "tokens": tokens, "tokens_saved": record["tokens_saved"],
             "latency_ms": record.get("latency_ms", 0.0), "reason": record.get("reason", ""),
@@ -578,7 +595,18 @@ class StepRecorder(PostRunStepHook):
         ctx.pending_rows.append(row)
         if record.get("cache_row") is not None:
             ctx.pending_cache.append(record["cache_row"])
-        step = step_from_row(row, ctx.store)
+        step = Step(
+            node=row["node"], status=row["status"], input_hash=row["input_hash"],
+            output_hash=row["output_hash"], tokens=tokens, latency_ms=float(row["latency_ms"] or 0),
+            params=json.loads(row["params"]) if record["params"] else {},
+            reason=row["reason"] or "", error=row["error"], occurrence=int(row["occurrence"]),
+            index=idx, prompt_tokens=row["prompt_tokens"], completion_tokens=row["completion_tokens"],
+            tokens_saved=row["tokens_saved"], field_hashes=dict(record["field_hashes"]),
+            sequence_id=sequence_id, state_app_id=app_id, run_id=ctx.run_id,
+            source_run=row["source_run"], started_at=row["started_at"],
+            input_refs=dict(record["inputs"]), output_refs=dict(record.get("outputs") or {}),
+            _loader=ctx.store.values,
+        )
         ctx.steps.append(step)
         if ctx.on_step is not None:
             try:
@@ -665,9 +693,12 @@ class Heartbeat:
                 logger.debug("heartbeat failed", exc_info=True)
 
 
+_OWNER_STARTED = process_started(PID)
+
+
 def owner_fields() -> dict:
     return {
-        "owner_host": HOST, "owner_pid": PID, "owner_started": process_started(PID),
+        "owner_host": HOST, "owner_pid": PID, "owner_started": _OWNER_STARTED,
         "heartbeat_at": time.time(),
     }
 

@@ -129,15 +129,51 @@ def _find_bad_unicode(value: Any, path: str) -> Optional[str]:
     return None
 
 
+def _is_plain(value: Any, depth: int = 0) -> bool:
+    """True when `value` is already canonical JSON data (str keys; str, int, bool, None,
+    non-integral finite floats; lists, tuples and dicts of those), so `to_canonical` would
+    return an equal value: the common case (hash maps, texts, parsed JSON) skips its walk."""
+    t = type(value)
+    if t is dict:
+        if depth > 100:
+            return False
+        for k, v in value.items():
+            if type(k) is not str:
+                return False
+            tv = type(v)
+            if tv is str or tv is int or tv is bool or v is None:
+                continue
+            if not _is_plain(v, depth + 1):
+                return False
+        return True
+    if t is list or t is tuple:
+        if depth > 100:
+            return False
+        for v in value:
+            tv = type(v)
+            if tv is str or tv is int or tv is bool or v is None:
+                continue
+            if not _is_plain(v, depth + 1):
+                return False
+        return True
+    if t is str or t is int or t is bool or value is None:
+        return True
+    if t is float:
+        return math.isfinite(value) and not value.is_integer()
+    return False
+
+
 def canonical_json(value: Any, path: str = "value") -> bytes:
     """The canonical JSON bytes of `value` (UTF-8)."""
+    data = value
     try:
-        data = to_canonical(value, path)
+        if not _is_plain(value):
+            data = to_canonical(value, path)
         return _ENCODER.encode(data).encode("utf-8")
     except RecursionError:
         raise UnhashableValue(f"`{path}` is nested too deeply to hash; flatten it") from None
     except UnicodeEncodeError:
-        bad = _find_bad_unicode(data, path) or path
+        bad = _find_bad_unicode(to_canonical(value, path), path) or path
         raise UnhashableValue(
             f"`{bad}` contains invalid Unicode (a lone surrogate); it cannot be encoded as UTF-8"
         ) from None

@@ -218,6 +218,8 @@ def gc(rw, older_than_days: float, dry_run: bool = False, verify: bool = True) -
                 )
             for chunk in _chunks(sorted(orphans)):
                 store.execute(f"DELETE FROM blobs WHERE hash IN ({','.join('?' * len(chunk))})", chunk)
+        if orphans and not dry_run:
+            store.forget_blobs()
     return {
         "cache_entries": n_cache,
         "tool_entries": n_tools,

@@ -10,6 +10,7 @@ connection, its types and its persister.
 from __future__ import annotations
 
 import abc
+import collections
 import contextlib
 import json
 import os
@@ -27,6 +28,8 @@ PARTITION_KEY = "rewind"
 BURR_TABLE = "burr_state"
 REFS_KEY = "__rewind_refs__"
 HEARTBEAT_LEASE_S = 60.0
+BLOB_MEMORY_BYTES = 32 << 20  # verified blobs kept in memory per store
+_IMMUTABLE = (str, int, float, bool, type(None))
 
 RUN_COLUMNS = (
     "id", "pipeline", "status", "parent_id", "fork_node", "fork_occurrence", "graph_id",
@@ -138,6 +141,13 @@ def _decodes_to(data: bytes, h: str) -> bool:
         return False
 
 
+def invalid_unicode(e: UnicodeEncodeError) -> InvalidRequest:
+    return InvalidRequest(
+        f"a value is not valid Unicode text ({e.reason} at position {e.start}); "
+        "lone surrogates cannot be stored or searched for"
+    )
+
+
 def refs_json(refs: dict) -> str:
     return json.dumps(refs, sort_keys=True, separators=(",", ":"))
 
@@ -194,6 +204,12 @@ class SQLStore(Store):
         self._lock = threading.Lock()
         self.live_contexts: dict = {}  # app_id -> execution context (field hashes of its state)
         self._blob_cache: dict = {}
+        # Blobs this process read and verified, oldest first, up to BLOB_MEMORY_BYTES: a
+        # content-addressed value never changes, so a hot blob (a cached output that every
+        # fork replays) is served from memory. Immutable values are kept decoded (shared
+        # safely), others as bytes (decoded per read, so no caller sees another's mutation).
+        self._verified: collections.OrderedDict = collections.OrderedDict()
+        self._verified_bytes = 0
         self._create_schema()
         self.recover_interrupted()
 
@@ -257,11 +273,13 @@ class SQLStore(Store):
         try:
             cur.execute(self._sql(sql), tuple(params))
         except UnicodeEncodeError as e:
-            raise InvalidRequest(
-                f"a value is not valid Unicode text ({e.reason} at position {e.start}); "
-                "lone surrogates cannot be stored or searched for"
-            ) from None
+            raise invalid_unicode(e) from None
         return cur
+
+    def executemany(self, sql: str, rows: Sequence) -> None:
+        """One statement over many parameter rows (backends may batch it)."""
+        for params in rows:
+            self.execute(sql, params)
 
     def query(self, sql: str, params: Sequence = ()) -> list:
         cur = self.execute(sql, params)
@@ -306,11 +324,16 @@ class SQLStore(Store):
         wanted = [h for h in dict.fromkeys(hashes) if h]
         out = {}
         missing = []
+        verified = self._verified
         for h in wanted:
             if h in self._blob_cache:
                 out[h] = self._blob_cache[h]
-            else:
+                continue
+            hit = verified.get(h)
+            if hit is None:
                 missing.append(h)
+            else:
+                out[h] = hit[0]
         for i in range(0, len(missing), 500):
             chunk = missing[i : i + 500]
             marks = ",".join("?" * len(chunk))
@@ -323,11 +346,30 @@ class SQLStore(Store):
                         f"blob {h[:12]}… no longer matches its hash: the database was altered "
                         "outside Rewind; run `python -m rewind gc` to drop it"
                     )
-                out[h] = data
+                out[h] = self._remember(h, data)
         for h in missing:
             if h not in out:
                 raise NotFound(f"blob {h[:12]}… is missing from {self.url}")
         return {h: serde.decode(out[h]) if isinstance(out[h], bytes) else out[h] for h in wanted}
+
+    def _remember(self, h: str, data: bytes) -> Any:
+        """Keep a verified blob (decoded if immutable); returns what `get_blobs` hands out."""
+        value = serde.decode(data)
+        kept = value if type(value) in _IMMUTABLE else data
+        with self._lock:
+            if h not in self._verified:
+                self._verified[h] = (kept, len(data))
+                self._verified_bytes += len(data)
+                while self._verified_bytes > BLOB_MEMORY_BYTES and self._verified:
+                    _, (_, size) = self._verified.popitem(last=False)
+                    self._verified_bytes -= size
+        return kept
+
+    def forget_blobs(self) -> None:
+        """Drop the in-memory blobs (after a gc deleted rows from `blobs`)."""
+        with self._lock:
+            self._verified.clear()
+            self._verified_bytes = 0
 
     def values(self, refs: dict) -> dict:
         """Resolve a {field: blob hash} mapping into {field: value}."""
@@ -419,6 +461,13 @@ class SQLStore(Store):
         return [dict(zip(RUN_COLUMNS, r)) for r in rows]
 
     # steps ---------------------------------------------------------------------------------
+    def insert_nodes(self, rows: list) -> None:
+        self.executemany(
+            f"INSERT INTO nodes ({', '.join(NODE_COLUMNS)}) VALUES "
+            f"({', '.join('?' * len(NODE_COLUMNS))})",
+            [[row.get(c) for c in NODE_COLUMNS] for row in rows],
+        )
+
     def insert_node(self, row: dict) -> None:
         self.execute(
             f"INSERT INTO nodes ({', '.join(NODE_COLUMNS)}) VALUES ({', '.join('?' * len(NODE_COLUMNS))})",
@@ -475,15 +524,37 @@ class SQLStore(Store):
         )
         return dict(zip(CACHE_COLUMNS, rows[0])) if rows else None
 
-    def cache_put(self, row: dict) -> None:
+    def cache_get_many(self, keys: Sequence[tuple]) -> dict:
+        """{(node, input_hash): entry} for the keys that have a cache entry (one query)."""
+        keys = list(dict.fromkeys(k for k in keys if k[1]))
+        out: dict = {}
+        for i in range(0, len(keys), 200):
+            chunk = keys[i : i + 200]
+            where = " OR ".join(["(node = ? AND input_hash = ?)"] * len(chunk))
+            for r in self.query(f"SELECT {', '.join(CACHE_COLUMNS)} FROM cache WHERE {where}",
+                                [x for k in chunk for x in k]):
+                entry = dict(zip(CACHE_COLUMNS, r))
+                out[(entry["node"], entry["input_hash"])] = entry
+        return out
+
+    def cache_put(self, row: dict, keep_existing: bool = False) -> None:
+        """Insert a cache entry; replace an existing one unless `keep_existing` (a
+        deterministic entry keeps its first output)."""
         cols = list(CACHE_COLUMNS)
         updates = ", ".join(
             f"{c} = excluded.{c}" for c in cols if c not in ("node", "input_hash", "hits")
         )
+        conflict = "DO NOTHING" if keep_existing else f"DO UPDATE SET {updates}"
         self.execute(
             f"INSERT INTO cache ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))}) "
-            f"ON CONFLICT (node, input_hash) DO UPDATE SET {updates}",
+            f"ON CONFLICT (node, input_hash) {conflict}",
             [row.get(c, 0 if c == "hits" else None) for c in cols],
+        )
+
+    def cache_hits(self, keys: list) -> None:
+        self.executemany(
+            "UPDATE cache SET hits = hits + 1 WHERE node = ? AND input_hash = ?",
+            [tuple(k) for k in keys],
         )
 
     def cache_hit(self, node: str, input_hash: str) -> None:
@@ -564,6 +635,13 @@ class SQLStore(Store):
         data = rows[0][0]
         data = json.loads(data) if isinstance(data, (str, bytes)) else data
         return data
+
+    def insert_state_rows(self, rows: list) -> None:
+        self.executemany(
+            f"INSERT INTO {BURR_TABLE} (partition_key, app_id, sequence_id, position, "
+            "state, status) VALUES (?, ?, ?, ?, ?, ?)",
+            rows,
+        )
 
     def insert_state_row(self, row: tuple) -> None:
         self.execute(

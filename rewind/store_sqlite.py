@@ -10,7 +10,7 @@ from typing import Iterator
 from burr.core.persistence import SQLitePersister
 
 from .errors import StoreError
-from .store import BURR_TABLE, BlobRefPersisterMixin, SQLStore
+from .store import BURR_TABLE, BlobRefPersisterMixin, SQLStore, invalid_unicode
 
 BUSY_TIMEOUT_MS = 30_000
 
@@ -47,6 +47,12 @@ class SQLiteStore(SQLStore):
         except sqlite3.DatabaseError as e:
             raise StoreError(f"cannot open {self.path} as a Rewind database: {e}") from e
         return _Conn(conn)
+
+    def executemany(self, sql: str, rows) -> None:
+        try:
+            self.connection.cursor().executemany(sql, [tuple(r) for r in rows])
+        except UnicodeEncodeError as e:
+            raise invalid_unicode(e) from None
 
     def _make_persister(self, connection):
         return BlobRefSQLitePersister(self, connection)
