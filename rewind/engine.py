@@ -198,8 +198,10 @@ class ExecutionContext:
         self.pending_alarms: list = []
         self.pending_hits: list = []
         self.pending_states: list = []
+        self.unreported: list = []
         self.cache_prefetch: dict = {}  # (node, input_hash) -> cache entry read ahead by a fork
         self.pending_run: Optional[dict] = None  # a fork's run row, written with its first commit
+        self._last_commit = time.monotonic()
         self._heartbeat_written = time.time()  # the run row is inserted with heartbeat_at = now
         self.current: Optional[dict] = None
         self.last_error: Optional[str] = None
@@ -247,13 +249,37 @@ class ExecutionContext:
             self._heartbeat_written = now
         self.pending_rows, self.pending_cache, self.pending_alarms, self.pending_hits = [], [], [], []
         self.pending_states = []
+        self._last_commit = time.monotonic()
+
+    def commit(self) -> None:
+        with self.store.transaction():
+            self.flush_pending(self.store)
+        self.report_committed()
+
+    def report_committed(self) -> None:
+        """Tell on_step about steps now durable: nothing reported done is lost in a crash."""
+        steps, self.unreported = self.unreported, []
+        if self.on_step is None:
+            return
+        for step in steps:
+            try:
+                self.on_step(step)
+            except Exception:  # progress display must never break a run
+                logger.exception("on_step callback failed")
 
     def must_commit(self) -> bool:
-        """Commit now after work that cost something (an execution, a failure); let cached and
-        dry-run steps ride along with the next commit or the end of the run."""
+        """Commit now after work that cost something (a step that spent tokens or took 20 ms,
+        a failure) or 100 ms after the last commit; let cached, dry-run and cheap executed
+        steps ride along with the next commit or the end of the run."""
         if len(self.pending_states) >= 64:
             return True
-        return any(r["status"] in ("executed", "failed") for r in self.pending_rows)
+        if time.monotonic() - self._last_commit >= 0.1:
+            return True
+        return any(
+            r["status"] == "failed" or r.get("_durable") or (r["status"] == "executed" and (
+                r["tokens"] or (r["latency_ms"] or 0) >= 20))
+            for r in self.pending_rows
+        )
 
     # per-node constants ----------------------------------------------------------------------
     def node_constants(self, node: str, inner: Action) -> dict:
@@ -448,9 +474,9 @@ class ReplayAction(SingleStepAction):
 
         if outputs is None:
             if ctx.pending_run is not None:  # make the run visible before doing real work
-                with ctx.store.transaction():
-                    ctx.flush_pending(ctx.store)
+                ctx.commit()
             record["status"] = "executed"
+            record["side_effect"] = policy.determinism == SIDE_EFFECT
             record["reason"] = _miss_reason(
                 ctx, node, occurrence, field_hashes, input_hash, entry, expired, policy
             )
@@ -591,6 +617,8 @@ class StepRecorder(PostRunStepHook):
             "latency_ms": record.get("latency_ms", 0.0), "reason": record.get("reason", ""),
             "error": record.get("error"), "started_at": record["started_at"],
             "source_run": record["source_run"],
+            # a performed side effect is committed at once: its record must survive a crash
+            "_durable": record["status"] == "executed" and record.get("side_effect", False),
         }
         ctx.pending_rows.append(row)
         if record.get("cache_row") is not None:
@@ -608,11 +636,7 @@ class StepRecorder(PostRunStepHook):
             _loader=ctx.store.values,
         )
         ctx.steps.append(step)
-        if ctx.on_step is not None:
-            try:
-                ctx.on_step(step)
-            except Exception:  # progress display must never break a run
-                logger.exception("on_step callback failed")
+        ctx.unreported.append(step)  # reported to on_step once the commit holding it is done
 
 
 def _json_or_repr(value: Any) -> str:
@@ -738,6 +762,7 @@ def execute(ctx: ExecutionContext, builder: ApplicationBuilder, heartbeat: Heart
         with store.transaction():
             ctx.flush_pending(store)
             store.update_run(ctx.run_id, **fields)
+        ctx.report_committed()
     row = store.get_run_row(ctx.run_id)
     return Run.from_row(row, steps=list(ctx.steps))
 

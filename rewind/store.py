@@ -733,13 +733,12 @@ class BlobRefPersisterMixin:
         row = (partition_key if partition_key is not None else PARTITION_KEY, app_id, sequence_id,
                position, doc, status)
         if ctx is not None:
-            # The context commits state rows together with their step rows; a run of cached
-            # steps shares one commit (losing it in a crash loses nothing the cache lacks).
+            # The context commits state rows together with their step rows; cheap steps share
+            # a commit, and on_step hears of a step only once its commit is done.
             ctx.pending_states.append(row)
             ctx.new_blobs.update(blobs)
             if ctx.must_commit():
-                with store.transaction():
-                    ctx.flush_pending(store)
+                ctx.commit()
             return
         with store.transaction():
             store.put_blobs(blobs)

@@ -435,3 +435,25 @@ def test_plain_burr_and_class_based_actions(store_url):
     assert fork.step("plus").outputs == {"k": 11} and CALLS == []
     again = rw.fork(run.id, at="double")
     assert again.total_tokens == 0 and CALLS == []
+
+
+def test_on_step_reports_only_committed_steps(store_url):
+    """Cheap steps share commits; a step is reported done only once another connection can
+    read it, so a crash never loses a step that was reported."""
+    rw = Rewind(store_url)
+    observer = Rewind(store_url)  # its own connection: sees committed rows only
+    seen = []
+
+    def on_step(step):
+        rows = observer.store.query(
+            "SELECT status FROM nodes WHERE run_id = ? AND idx = ?", (step.run_id, step.index)
+        )
+        seen.append((step.node, step.status, [r[0] for r in rows]))
+
+    run = rw.run(shapes.linear(), {"topic": "kites"}, on_step=on_step)
+    assert [s[0] for s in seen] == [s.node for s in run.steps]
+    assert all(rows == [status] for _, status, rows in seen)
+    seen.clear()
+    fork = rw.fork(run.id, at="draft", edit={"plan": "other"}, on_step=on_step)
+    assert [s[0] for s in seen] == [s.node for s in fork.steps if s.status != "inherited"]
+    assert all(rows == [status] for _, status, rows in seen)
