@@ -31,6 +31,9 @@ BLOCK_ENV = "REWIND_TEST_BLOCK_FILE"
 
 
 
+SLOW_ENV = "REWIND_CRASH_SLOW_LAST_NODE"
+
+
 # --- the pipeline: its third node blocks when the child is told to ------------------------------
 @action(reads=["topic"], writes=["plan"])
 def one(state):
@@ -57,6 +60,8 @@ def three(state):
 
 @action(reads=["report"], writes=["summary"])
 def four(state, words: int = 3):
+    if os.environ.get(SLOW_ENV):  # the busy writer lingers in its last node: kills land mid-run
+        time.sleep(0.03)
     return state.update(summary=" ".join(state["report"].split()[:words]))
 
 
@@ -250,10 +255,14 @@ def test_repeated_sigkill_of_a_busy_writer(db_url):
     for k in range(KILLS):
         before = int(rw.store.query("SELECT COUNT(*) FROM nodes")[0][0])
         target = before + 3 + 2 * k  # a different depth into the writer's work each time
-        child = spawn("busy", db_url, {})
+        child = spawn("busy", db_url, {SLOW_ENV: "1"})
         try:
-            poll(lambda: int(rw.store.query("SELECT COUNT(*) FROM nodes")[0][0]) >= target,
-                 child, f"{target} step rows")
+            # past `target` rows, and inside a run whose first steps are committed
+            poll(lambda: int(rw.store.query("SELECT COUNT(*) FROM nodes")[0][0]) >= target
+                 and rw.store.query(
+                     "SELECT 1 FROM runs r WHERE r.status = 'running' AND EXISTS "
+                     "(SELECT 1 FROM nodes n WHERE n.run_id = r.id AND n.status = 'executed')"),
+                 child, f"{target} step rows inside a running run")
             kill(child)
         finally:
             if child.poll() is None:
