@@ -255,9 +255,13 @@ class SQLStore(Store):
         return slot["persister"]
 
     def close(self) -> None:
+        """Close this process's connections. A connection inherited across fork() belongs to
+        the parent: closing it here would end the parent's session (PostgreSQL's Terminate)."""
+        pid = os.getpid()
         with self._lock:
-            slots, self._all_connections = self._all_connections, []
-        for slot in slots:
+            mine = [s for s in self._all_connections if s.get("pid") == pid]
+            self._all_connections = [s for s in self._all_connections if s.get("pid") != pid]
+        for slot in mine:
             slot["persister"] = None
             try:
                 slot["conn"].close()

@@ -16,7 +16,6 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-import threading
 import uuid
 from typing import Any, Iterator, Optional, Sequence
 from urllib.parse import urlsplit, urlunsplit
@@ -113,47 +112,14 @@ class PostgresStore(SQLStore):
         return BlobRefPostgresPersister(self, connection)
 
     def _slot(self):
-        # One connection per thread, as the base class does; but a server has a connection
-        # limit, and a dashboard starts a thread per page run: when a thread opens its first
-        # connection, close those of threads that have ended.
+        # The base class keeps one connection per thread and closes those of ended threads;
+        # here a connection the server closed (a restart, an idle timeout) is replaced too.
         slot = getattr(self._local, "slot", None)
         if slot is not None and slot["conn"].closed and not slot["conn"].depth:
-            # the server closed it (a restart, an idle timeout): forget it and connect again
             with self._lock:
                 self._all_connections = [s for s in self._all_connections if s is not slot]
-            self._local.slot = slot = None
-        if slot is None or slot.get("pid") != os.getpid():
-            self._reap_dead_threads()
-            slot = super()._slot()
-            slot["thread"] = threading.current_thread()
-        return slot
-
-    def _reap_dead_threads(self) -> None:
-        pid = os.getpid()
-        with self._lock:
-            dead = [s for s in self._all_connections
-                    if s.get("pid") == pid and s.get("thread") is not None
-                    and not s["thread"].is_alive()]
-            self._all_connections = [s for s in self._all_connections if s not in dead]
-        for s in dead:
-            s["persister"] = None
-            with contextlib.suppress(Exception):
-                s["conn"].close()
-
-    def close(self) -> None:
-        """Close this process's connections. A connection inherited across fork() belongs to
-        the parent: closing it here would send the server a Terminate on the parent's socket."""
-        pid = os.getpid()
-        with self._lock:
-            mine = [s for s in self._all_connections if s.get("pid") == pid]
-            self._all_connections = [s for s in self._all_connections if s.get("pid") != pid]
-        for slot in mine:
-            slot["persister"] = None
-            try:
-                slot["conn"].close()
-            except Exception:
-                pass
-        self._local = threading.local()
+            self._local.slot = None
+        return super()._slot()
 
     # SQL -----------------------------------------------------------------------------------
     def _sql(self, sql: str) -> str:

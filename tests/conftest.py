@@ -66,3 +66,15 @@ def pytest_sessionfinish(session, exitstatus):
 def db_url(store_url):
     """The same fresh database as `store_url` (the name the storage suites use)."""
     return store_url
+
+
+@pytest.fixture
+def pg_url():
+    """A fresh PostgreSQL database (for tests that need one beside a SQLite file)."""
+    from rewind.store_postgres import create_test_database, drop_database
+
+    url = create_test_database(postgres_base_url())
+    try:
+        yield url
+    finally:
+        drop_database(url)

@@ -15,7 +15,6 @@ import pytest
 from burr.core.graph import GraphBuilder
 
 import rewind
-from tests.conftest import postgres_base_url as pg_base_url
 from rewind import Pipeline, Rewind, action
 from rewind.errors import IntegrityError, InvalidRequest, NotFound
 from rewind.hashing import canonical_hash
@@ -26,17 +25,6 @@ TABLES = ("runs", "nodes", "edges", "cache", "tool_cache", "blobs", "burr_state"
 
 
 
-
-
-@pytest.fixture
-def pg_url():
-    from rewind.store_postgres import create_test_database, drop_database
-
-    url = create_test_database(pg_base_url())
-    try:
-        yield url
-    finally:
-        drop_database(url)
 
 
 # --- the pipeline ------------------------------------------------------------------------------

@@ -28,17 +28,6 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 
-@pytest.fixture
-def pg_url():
-    from rewind.store_postgres import create_test_database, drop_database
-
-    url = create_test_database(pg_base_url())
-    try:
-        yield url
-    finally:
-        drop_database(url)
-
-
 
 
 # --- a small pipeline: the offline model, a loop, a side effect --------------------------------
