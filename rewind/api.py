@@ -20,12 +20,12 @@ from . import serde
 from .action import SIDE_EFFECT
 from .engine import (
     ExecutionContext, Heartbeat, Pipeline, base_builder, execute, load_pipeline_spec,
-    new_run_id, owner_fields, step_from_row, summarize_state,
+    new_run_id, owner_fields, step_from_row, steps_from_rows, summarize_state,
 )
 from .errors import ForkError, InvalidRequest, NotFound, RewindError
 from .hashing import canonical_hash, canonical_json
 from .models import Run, Step, TrajectoryDiff
-from .store import PARTITION_KEY, SQLStore, open_store
+from .store import PARTITION_KEY, SQLStore, open_store, pointer_row
 
 _GLOBAL_PIPELINES: dict = {}
 
@@ -102,7 +102,8 @@ class Rewind:
         row = self.store.get_run_row(str(run_id))
         if row is None:
             raise NotFound(f"no run {run_id!r} in {self.url}")
-        steps = [step_from_row(r, self.store) for r in self.store.get_node_rows(row["id"])]
+        steps = steps_from_rows(self.store.get_node_rows(row["id"], row["parent_id"]), self.store,
+                                row["parent_id"])
         return Run.from_row(row, steps=steps)
 
     def list_runs(self, pipeline: Optional[str] = None, status: Optional[str] = None,
@@ -198,6 +199,7 @@ class Rewind:
         with self.store.transaction():
             self.store.insert_run(row)
             self._save_start_state(ctx, run_id, -1, pipeline.entrypoint, state)
+        ctx.run_row = row
         return execute(ctx, builder, self._heartbeat, started)
 
     def _save_start_state(self, ctx: ExecutionContext, app_id: str, sequence_id: int,
@@ -220,14 +222,19 @@ class Rewind:
         """(app_id, sequence_id) of the saved state just before step `index` of a run."""
         fork_index = int(run_row.get("fork_index") or 0)
         if index == fork_index:
-            return run_row["id"], int(run_row["start_seq"] if run_row["start_seq"] is not None else -1)
+            start = (run_row["id"], int(run_row["start_seq"] if run_row["start_seq"] is not None else -1))
+            if index == 0 or run_row.get("edit_json") or self.store.has_state(*start):
+                return start
+            # a fork that saved no start state: it started from the state after step index-1
+            # (see `fork`), which its inherited row index-1 points at
         if index < fork_index:
             # An inherited step: the parent's trajectory up to here is this run's, and so is the
             # state before it, including an edit an ancestor made at exactly this node (the
             # saved state after step index-1 does not have that edit).
             parent = self.store.get_run_row(run_row["parent_id"]) if run_row["parent_id"] else None
             if parent is not None:
-                parent_steps = [step_from_row(r, self.store) for r in self.store.get_node_rows(parent["id"])]
+                parent_steps = steps_from_rows(self.store.get_node_rows(parent["id"]), self.store,
+                                               parent["parent_id"])
                 return self._fork_source(parent, parent_steps, index)
             if index == 0:
                 raise NotFound(
@@ -275,8 +282,8 @@ class Rewind:
         if not isinstance(occurrence, int) or occurrence < 1:
             raise InvalidRequest(f"occurrence must be a positive integer, not {occurrence!r}")
 
-        parent_rows = self.store.get_node_rows(parent_row["id"])
-        steps = [step_from_row(r, self.store) for r in parent_rows]
+        parent_rows = self.store.get_node_rows(parent_row["id"], parent_row["parent_id"])
+        steps = steps_from_rows(parent_rows, self.store, parent_row["parent_id"])
         visits = [i for i, s in enumerate(steps) if s.node == at]
         if len(visits) >= occurrence:
             index = visits[occurrence - 1]
@@ -344,17 +351,12 @@ class Rewind:
         inherited_rows = []
         reason = f"inherited from run {parent_row['id']}"
         for i, (raw, s) in enumerate(zip(parent_rows[:index], prior)):
-            inherited = {
-                "run_id": fork_id, "idx": i, "status": "inherited", "prompt_tokens": 0,
-                "completion_tokens": 0, "tokens": 0, "tokens_saved": 0, "latency_ms": 0.0,
-                "reason": reason, "error": None,
-                "source_run": s.run_id if s.status != "inherited" else s.source_run,
-            }
-            inherited_rows.append({**raw, **inherited})
+            inherited_rows.append(pointer_row(raw, fork_id, i))
             ctx.steps.append(dataclasses.replace(
                 s, status="inherited", run_id=fork_id, index=i, tokens=0, prompt_tokens=0,
                 completion_tokens=0, tokens_saved=0, latency_ms=0.0, reason=reason, error=None,
-                source_run=inherited["source_run"], _inputs=None, _outputs=None,
+                source_run=s.run_id if s.status != "inherited" else s.source_run,
+                _inputs=None, _outputs=None,
             ))
         ctx.occurrences.update(s.node for s in ctx.steps)
         row = {
@@ -370,8 +372,13 @@ class Rewind:
         # The fork's rows are written with its first commit: before the first step that
         # executes, or at the end when every step is served from the cache.
         ctx.pending_run = row
+        ctx.run_row = dict(row)
         ctx.pending_rows.extend(inherited_rows)
-        self._save_start_state(ctx, fork_id, source_seq, at, start_state, flush=False)
+        before = prior[-1] if prior else None
+        if edit or before is None or (before.state_app_id, before.sequence_id) != (source_app, source_seq):
+            # The state the fork starts from, saved under its own id. Not needed (so not
+            # stored) when it is unedited and is the state its inherited last step points at.
+            self._save_start_state(ctx, fork_id, source_seq, at, start_state, flush=False)
         return execute(ctx, app, self._heartbeat, started)
 
     def resume(self, run_id: str, on_step: Optional[Callable[[Step], None]] = None) -> Run:
@@ -382,14 +389,17 @@ class Rewind:
         if row["status"] not in ("interrupted", "failed"):
             raise InvalidRequest(f"run {run_id} is {row['status']}; only interrupted or failed runs resume")
         pipeline = self.pipeline(row["pipeline"])
-        steps = [step_from_row(r, self.store) for r in self.store.get_node_rows(row["id"])]
+        steps = steps_from_rows(self.store.get_node_rows(row["id"]), self.store, row["parent_id"])
         # a failed last step is retried: drop it from the trajectory we continue
         keep = [s for s in steps if s.status != "failed"]
         parent_steps = {}
         if row["parent_id"]:
+            prow = self.store.get_run_row(row["parent_id"])
+            parent_parent = prow["parent_id"] if prow else None
             parent_steps = {
                 (s.node, s.occurrence): s
-                for s in (step_from_row(r, self.store) for r in self.store.get_node_rows(row["parent_id"]))
+                for s in steps_from_rows(self.store.get_node_rows(row["parent_id"]), self.store,
+                                         parent_parent)
             }
         ctx = ExecutionContext(
             self.store, row["id"], pipeline, use_cache=bool(row["use_cache"]),

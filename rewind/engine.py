@@ -10,6 +10,7 @@ persister (subclassed in `store`) saves each state as blob references in the sam
 from __future__ import annotations
 
 import collections
+import contextvars
 import json
 import logging
 import os
@@ -32,7 +33,9 @@ from .hashing import (
 )
 from .metering import StepMeter, metering
 from .models import Run, Step
-from .store import HOST, PARTITION_KEY, PID, SQLStore, process_started, refs_json
+from .store import (
+    HOST, PARTITION_KEY, PID, RUN_COLUMNS, SQLStore, default_reason, row_state_app, make_doc, process_started, refs_json,
+)
 
 MAX_STEPS = 10_000
 logger = logging.getLogger("rewind")
@@ -76,6 +79,8 @@ class Pipeline:
         )
         self._params = {n: node_params(a) for n, a in self.actions.items()}
         self._param_names: dict = {}
+        self._wrapped: Optional[Graph] = None
+        self._constants: dict = {}  # node -> its constants with no param overrides
 
     def __repr__(self) -> str:
         return f"Pipeline({self.name!r}, nodes={list(self.actions)})"
@@ -109,13 +114,18 @@ class Pipeline:
     def policy(self, node: str):
         return policy_of(self.action(node))
 
-    def wrapped_graph(self, ctx: "ExecutionContext") -> Graph:
-        wrapped = {n: ReplayAction(a, ctx) for n, a in self.actions.items()}
-        transitions = [
-            Transition(from_=wrapped[t.from_.name], to=wrapped[t.to.name], condition=t.condition)
-            for t in self.graph.transitions
-        ]
-        return Graph(actions=list(wrapped.values()), transitions=transitions)
+    def wrapped_graph(self, ctx: "ExecutionContext" = None) -> Graph:
+        """The graph with every action wrapped in `ReplayAction`; built once per pipeline (the
+        wrappers find the running execution through `CURRENT`)."""
+        graph = self._wrapped
+        if graph is None:
+            wrapped = {n: ReplayAction(a) for n, a in self.actions.items()}
+            transitions = [
+                Transition(from_=wrapped[t.from_.name], to=wrapped[t.to.name], condition=t.condition)
+                for t in self.graph.transitions
+            ]
+            graph = self._wrapped = Graph(actions=list(wrapped.values()), transitions=transitions)
+        return graph
 
 
 def load_pipeline_spec(spec: str) -> list:
@@ -201,6 +211,7 @@ class ExecutionContext:
         self.unreported: list = []
         self.cache_prefetch: dict = {}  # (node, input_hash) -> cache entry read ahead by a fork
         self.pending_run: Optional[dict] = None  # a fork's run row, written with its first commit
+        self.run_row: Optional[dict] = None  # the run row as written, to return the Run from
         self._last_commit = time.monotonic()
         self._heartbeat_written = time.time()  # the run row is inserted with heartbeat_at = now
         self.current: Optional[dict] = None
@@ -286,6 +297,12 @@ class ExecutionContext:
         got = self._node_cache.get(node)
         if got is not None:
             return got
+        shared = self.pipeline.actions.get(node) is inner and not self.param_overrides.get(node)
+        if shared:  # the same for every execution of the pipeline: computed once
+            got = self.pipeline._constants.get(node)
+            if got is not None:
+                self._node_cache[node] = got
+                return got
         policy = policy_of(inner)
         params = self.pipeline.params(node) if self.pipeline.actions.get(node) is inner else node_params(inner)
         overrides = self.param_overrides.get(node) or {}
@@ -300,7 +317,10 @@ class ExecutionContext:
             "policy": policy, "params": params, "runner": runner, "code": code,
             "param_hashes": param_hashes, "params_json": _json_or_repr(params),
         }
+        got["params_doc"] = json.loads(got["params_json"])
         self._node_cache[node] = got
+        if shared:
+            self.pipeline._constants[node] = got
         return got
 
     def parent_step(self, node: str, occurrence: int) -> Optional[Step]:
@@ -353,14 +373,26 @@ def _miss_reason(ctx: ExecutionContext, node: str, occurrence: int, field_hashes
     return "no earlier entry for these inputs"
 
 
+# The execution Burr is driving in this thread (set by `execute`): the wrapped graph of a
+# pipeline is built once and shared, so its actions look their execution up here.
+CURRENT: contextvars.ContextVar = contextvars.ContextVar("rewind_execution", default=None)
+
+
 class ReplayAction(SingleStepAction):
     """Wraps one pipeline action: hash, serve from cache, dry-run, or run on the read subset."""
 
-    def __init__(self, inner: Action, ctx: ExecutionContext):
+    def __init__(self, inner: Action, ctx: Optional[ExecutionContext] = None):
         super().__init__()
         self._inner = inner
-        self._ctx = ctx
+        self._ctx_fixed = ctx
         self._name = inner.name
+
+    @property
+    def _ctx(self) -> ExecutionContext:
+        ctx = self._ctx_fixed or CURRENT.get()
+        if ctx is None:
+            raise RewindError(f"node {self._name!r} ran outside a Rewind execution")
+        return ctx
 
     @property
     def reads(self) -> list:
@@ -416,7 +448,8 @@ class ReplayAction(SingleStepAction):
         record = {
             "node": node, "occurrence": occurrence, "input_hash": input_hash,
             "field_hashes": field_hashes, "params": const["params"], "inputs": input_refs,
-            "params_json": const["params_json"], "started_at": started_at, "prompt_tokens": 0, "completion_tokens": 0,
+            "params_json": const["params_json"], "params_doc": const["params_doc"],
+            "started_at": started_at, "prompt_tokens": 0, "completion_tokens": 0,
             "tokens_saved": 0, "source_run": None, "error": None, "cache_row": None,
         }
         ctx.current = record
@@ -603,18 +636,41 @@ class StepRecorder(PostRunStepHook):
             record["prompt_tokens"] + record["completion_tokens"]
         )
         idx = len(ctx.steps)
+        field_hashes = record["field_hashes"]
+        input_refs = record["inputs"]
+        output_refs = record.get("outputs") or {}
+        params_doc = record.get("params_doc")
+        params_json = record.get("params_json")
+        if params_doc is None:
+            params_json = _json_or_repr(record["params"]) if record["params"] else "{}"
+            params_doc = json.loads(params_json)
+        # What a cached step shares with the step it was cached from goes into one
+        # content-addressed doc: a no-edit fork re-uses its parent's docs instead of copying.
+        doc_hash, doc_data = ctx.store.memo_doc(
+            ("step", tuple(field_hashes.items()), tuple(input_refs.items()),
+             tuple(output_refs.items()), record.get("output_hash"), record["input_hash"],
+             params_json),
+            lambda: {
+                "field_hashes": field_hashes, "params": params_doc, "inputs": input_refs,
+                "outputs": output_refs, "output_hash": record.get("output_hash"),
+                "input_hash": record["input_hash"],
+            },
+        )
+        if doc_hash not in ctx.new_blobs:
+            ctx.new_blobs[doc_hash] = doc_data
+        reason = record.get("reason", "")
+        if reason == default_reason(record["status"], record["source_run"], ctx.parent_id):
+            reason = None
         row = {
             "run_id": ctx.run_id, "idx": idx, "node": record["node"],
             "occurrence": record["occurrence"], "status": record["status"],
-            "sequence_id": sequence_id, "state_app_id": app_id,
-            "input_hash": record["input_hash"], "output_hash": record.get("output_hash"),
-            "field_hashes": json.dumps(record["field_hashes"], sort_keys=True),
-            "params": record.get("params_json") or _json_or_repr(record["params"]),
-            "inputs": refs_json(record["inputs"]),
-            "outputs": record.get("outputs_json") or refs_json(record.get("outputs") or {}),
+            "sequence_id": sequence_id,
+            # NULL for the run's own app id, and for the default reason (see store.py)
+            "state_app_id": None if app_id == ctx.run_id else app_id,
+            "input_hash": record["input_hash"], "doc": doc_hash,
             "prompt_tokens": record["prompt_tokens"], "completion_tokens": record["completion_tokens"],
             "tokens": tokens, "tokens_saved": record["tokens_saved"],
-            "latency_ms": record.get("latency_ms", 0.0), "reason": record.get("reason", ""),
+            "latency_ms": record.get("latency_ms", 0.0), "reason": reason,
             "error": record.get("error"), "started_at": record["started_at"],
             "source_run": record["source_run"],
             # a performed side effect is committed at once: its record must survive a crash
@@ -625,14 +681,14 @@ class StepRecorder(PostRunStepHook):
             ctx.pending_cache.append(record["cache_row"])
         step = Step(
             node=row["node"], status=row["status"], input_hash=row["input_hash"],
-            output_hash=row["output_hash"], tokens=tokens, latency_ms=float(row["latency_ms"] or 0),
-            params=json.loads(row["params"]) if record["params"] else {},
-            reason=row["reason"] or "", error=row["error"], occurrence=int(row["occurrence"]),
+            output_hash=record.get("output_hash"), tokens=tokens,
+            latency_ms=float(row["latency_ms"] or 0), params=dict(params_doc),
+            reason=record.get("reason") or "", error=row["error"], occurrence=int(row["occurrence"]),
             index=idx, prompt_tokens=row["prompt_tokens"], completion_tokens=row["completion_tokens"],
-            tokens_saved=row["tokens_saved"], field_hashes=dict(record["field_hashes"]),
+            tokens_saved=row["tokens_saved"], field_hashes=dict(field_hashes),
             sequence_id=sequence_id, state_app_id=app_id, run_id=ctx.run_id,
             source_run=row["source_run"], started_at=row["started_at"],
-            input_refs=dict(record["inputs"]), output_refs=dict(record.get("outputs") or {}),
+            input_refs=dict(input_refs), output_refs=dict(output_refs),
             _loader=ctx.store.values,
         )
         ctx.steps.append(step)
@@ -648,20 +704,53 @@ def _json_or_repr(value: Any) -> str:
         return json.dumps({k: repr(v) for k, v in value.items()})
 
 
-def step_from_row(row: dict, store: SQLStore) -> Step:
+def _col(value: Any, default: Any) -> Any:
+    if value is None:
+        return default
+    if isinstance(value, memoryview):
+        value = bytes(value)
+    return json.loads(value) if isinstance(value, (str, bytes)) else value
+
+
+def step_from_row(row: dict, store: SQLStore, docs: Optional[dict] = None,
+                  parent_id: Optional[str] = None) -> Step:
+    """A `Step` from a `nodes` row; its doc (field hashes, params, refs, hashes) is read from
+    `docs` ({hash: doc}, see `steps_from_rows`) or the store. A column that is set (a row of
+    the first layout) wins over the doc. `parent_id` (the run's parent) spells the default
+    reason of an inherited step."""
+    h = row.get("doc")
+    doc: dict = {}
+    if h:
+        doc = docs[h] if docs is not None and h in docs else store.get_docs([h])[h]
+    fh, params, inputs, outputs = (row.get(c) for c in ("field_hashes", "params", "inputs", "outputs"))
+    reason = row["reason"]
+    if reason is None:
+        reason = default_reason(row["status"], row["source_run"], parent_id) or ""
     return Step(
-        node=row["node"], status=row["status"], input_hash=row["input_hash"],
-        output_hash=row["output_hash"], tokens=int(row["tokens"] or 0),
-        latency_ms=float(row["latency_ms"] or 0), params=json.loads(row["params"] or "{}"),
-        reason=row["reason"] or "", error=row["error"], occurrence=int(row["occurrence"]),
+        node=row["node"], status=row["status"],
+        input_hash=row["input_hash"] if row["input_hash"] is not None else doc.get("input_hash"),
+        output_hash=row["output_hash"] if row.get("output_hash") is not None else doc.get("output_hash"),
+        tokens=int(row["tokens"] or 0),
+        latency_ms=float(row["latency_ms"] or 0),
+        params=_col(params, None) if params is not None else dict(doc.get("params") or {}),
+        reason=reason, error=row["error"], occurrence=int(row["occurrence"]),
         index=int(row["idx"]), prompt_tokens=int(row["prompt_tokens"] or 0),
         completion_tokens=int(row["completion_tokens"] or 0),
         tokens_saved=int(row["tokens_saved"] or 0),
-        field_hashes=json.loads(row["field_hashes"] or "{}"), sequence_id=row["sequence_id"],
-        state_app_id=row["state_app_id"], run_id=row["run_id"], source_run=row["source_run"],
-        started_at=row["started_at"], input_refs=json.loads(row["inputs"] or "{}"),
-        output_refs=json.loads(row["outputs"] or "{}"), _loader=store.values,
+        field_hashes=_col(fh, None) if fh is not None else dict(doc.get("field_hashes") or {}),
+        sequence_id=row["sequence_id"],
+        state_app_id=row_state_app(row), run_id=row["run_id"], source_run=row["source_run"],
+        started_at=row["started_at"],
+        input_refs=_col(inputs, None) if inputs is not None else dict(doc.get("inputs") or {}),
+        output_refs=_col(outputs, None) if outputs is not None else dict(doc.get("outputs") or {}),
+        _loader=store.values,
     )
+
+
+def steps_from_rows(rows: list, store: SQLStore, parent_id: Optional[str] = None) -> list:
+    """`Step`s of one run's `nodes` rows, their docs read in one query."""
+    docs = store.get_docs([r.get("doc") for r in rows]) if rows else {}
+    return [step_from_row(r, store, docs, parent_id) for r in rows]
 
 
 def new_run_id() -> str:
@@ -735,6 +824,7 @@ def execute(ctx: ExecutionContext, builder: ApplicationBuilder, heartbeat: Heart
     store.live_contexts[ctx.run_id] = ctx
     heartbeat.add(ctx.run_id)
     status, error = "completed", None
+    token = CURRENT.set(ctx)
     try:
         steps = 0
         while app.get_next_action() is not None:
@@ -750,6 +840,7 @@ def execute(ctx: ExecutionContext, builder: ApplicationBuilder, heartbeat: Heart
         error = "interrupted (KeyboardInterrupt or exit)"
         raise
     finally:
+        CURRENT.reset(token)
         heartbeat.remove(ctx.run_id)
         store.live_contexts.pop(ctx.run_id, None)
         own = [s for s in ctx.steps if s.status != "inherited"]
@@ -760,17 +851,26 @@ def execute(ctx: ExecutionContext, builder: ApplicationBuilder, heartbeat: Heart
             latency_ms=(time.perf_counter() - started) * 1000, step_count=len(ctx.steps),
         )
         with store.transaction():
-            ctx.flush_pending(store)
-            store.update_run(ctx.run_id, **fields)
+            if ctx.pending_run is not None:  # a fork not yet written: its row, final at once
+                ctx.pending_run.update(fields)
+                ctx.flush_pending(store)
+            else:
+                ctx.flush_pending(store)
+                store.update_run(ctx.run_id, **fields)
         ctx.report_committed()
-    row = store.get_run_row(ctx.run_id)
+    if ctx.run_row is not None:
+        row = {c: None for c in RUN_COLUMNS}
+        row.update(ctx.run_row)
+        row.update(fields)
+    else:
+        row = store.get_run_row(ctx.run_id)
     return Run.from_row(row, steps=list(ctx.steps))
 
 
 def base_builder(ctx: ExecutionContext, run_id: str) -> ApplicationBuilder:
     return (
         ApplicationBuilder()
-        .with_graph(ctx.pipeline.wrapped_graph(ctx))
+        .with_graph(ctx.pipeline.wrapped_graph())
         .with_hooks(StepRecorder(ctx))
         .with_identifiers(app_id=run_id, partition_key=PARTITION_KEY)
         .with_state_persister(ctx.store.persister())

@@ -32,8 +32,8 @@ from .errors import IntegrityError, InvalidRequest, NotFound
 from .hashing import canonical_hash, sha256_hex
 from .models import RUN_STATUSES, STEP_STATUSES
 from .store import (
-    BURR_TABLE, CACHE_COLUMNS, NODE_COLUMNS, PARTITION_KEY, REFS_KEY, RUN_COLUMNS, SCHEMA_VERSION,
-    SQLStore,
+    BURR_TABLE, CACHE_COLUMNS, DOC_KEY, NODE_COLUMNS, PARTITION_KEY, REFS_KEY, RUN_COLUMNS,
+    SCHEMA_VERSION, STEP_DOC_KEY, SQLStore, is_pointer, row_state_app,
 )
 
 EXPORT_FORMAT = "rewind-run-export"
@@ -70,8 +70,45 @@ def _state_doc(raw: Any) -> dict:
 
 
 def _state_refs(raw: Any) -> dict:
+    """The inline refs of a state row of the first layout ({} for a row that holds a doc hash)."""
     refs = _state_doc(raw).get(REFS_KEY) or {}
     return {k: v for k, v in refs.items() if isinstance(v, str)} if isinstance(refs, dict) else {}
+
+
+def _state_doc_hash(raw: Any) -> Optional[str]:
+    doc = _state_doc(raw)
+    h = doc.get(DOC_KEY) or doc.get(STEP_DOC_KEY)
+    return h if isinstance(h, str) else None
+
+
+def _doc_refs(doc: Any) -> set:
+    """Blob hashes a content-addressed doc refers to: a state doc is {field: hash}; a step doc
+    holds {field: hash} maps under "inputs" and "outputs"."""
+    if not isinstance(doc, dict):
+        return set()
+    if "inputs" in doc or "outputs" in doc or "field_hashes" in doc:
+        out = set()
+        for key in ("inputs", "outputs"):
+            refs = doc.get(key)
+            if isinstance(refs, dict):
+                out.update(v for v in refs.values() if isinstance(v, str))
+        return out
+    return {v for v in doc.values() if isinstance(v, str)}
+
+
+def _read_docs(store: SQLStore, hashes: Iterable[str]) -> dict:
+    """{hash: parsed doc} straight from `blobs` (no verification, no memory kept): what a doc
+    refers to must be kept even if the doc itself is later found corrupt."""
+    out: dict = {}
+    for chunk in _chunks(sorted(set(hashes))):
+        for h, data in store.query(
+            f"SELECT hash, data FROM blobs WHERE hash IN ({','.join('?' * len(chunk))})", chunk
+        ):
+            try:
+                out[h] = json.loads(bytes(data))
+            except ValueError:
+                continue
+    return out
 
 
 def _blob_ok(h: str, data: Any) -> bool:
@@ -152,24 +189,53 @@ def gc(rw, older_than_days: float, dry_run: bool = False, verify: bool = True) -
             store.query("SELECT COUNT(*) FROM tool_cache WHERE cached_at < ?", (cutoff,))[0][0]
         )
         purged, surviving = set(), set()
-        for run_id, created_at, status in _scan(store, "SELECT id, created_at, status FROM runs"):
+        parents: dict = {}
+        for run_id, created_at, status, parent_id in _scan(
+            store, "SELECT id, created_at, status, parent_id FROM runs"
+        ):
+            parents[run_id] = parent_id
             if created_at < cutoff and status != "running":
                 purged.add(run_id)
             else:
                 surviving.add(run_id)
+        # A surviving fork whose parent goes keeps its inherited steps: their pointer rows
+        # become full rows (resolved while the ancestors are still here).
+        orphaned = sorted({
+            r for (r,) in _scan(store, "SELECT DISTINCT run_id FROM nodes WHERE status = "
+                                "'inherited' AND doc IS NULL AND field_hashes IS NULL "
+                                "AND input_hash IS NULL")
+            if r in surviving and parents.get(r) in purged
+        })
+        materialized: dict = {}
+        for run_id in orphaned:
+            raw = store.raw_node_rows(run_id)
+            full = store.get_node_rows(run_id, parents[run_id])
+            materialized[run_id] = [f for r, f in zip(raw, full) if is_pointer(r)]
 
         # what the survivors refer to
         keep: set = set()
         kept_states: set = set()  # (app_id, sequence_id) that surviving steps were saved at
-        for run_id, app_id, seq, inputs, outputs in _scan(
-            store, "SELECT run_id, state_app_id, sequence_id, inputs, outputs FROM nodes"
+        docs: set = set()  # content-addressed docs kept rows refer to
+        for run_id, app_id, seq, inputs, outputs, doc in _scan(
+            store, "SELECT run_id, state_app_id, sequence_id, inputs, outputs, doc FROM nodes"
         ):
             if run_id in purged:
                 continue
             keep.update(_refs(inputs).values())
             keep.update(_refs(outputs).values())
+            if doc:
+                docs.add(doc)
+            app_id = app_id or run_id  # NULL: the row's own run
             if app_id is not None and seq is not None:
                 kept_states.add((app_id, int(seq)))
+        for rows in materialized.values():
+            for n in rows:
+                keep.update(_refs(n["inputs"]).values())
+                keep.update(_refs(n["outputs"]).values())
+                if n["doc"]:
+                    docs.add(n["doc"])
+                if n["sequence_id"] is not None:
+                    kept_states.add((row_state_app(n), int(n["sequence_id"])))
         for (outputs,) in _scan(store, "SELECT outputs FROM cache WHERE cached_at >= ?", (cutoff,)):
             keep.update(_refs(outputs).values())
         for (h,) in _scan(store, "SELECT result_hash FROM tool_cache WHERE cached_at >= ?", (cutoff,)):
@@ -186,6 +252,12 @@ def gc(rw, older_than_days: float, dry_run: bool = False, verify: bool = True) -
                 drop_states.append((pk, app_id, seq, position))
                 continue
             keep.update(_state_refs(state).values())
+            h = _state_doc_hash(state)
+            if h:
+                docs.add(h)
+        keep.update(docs)
+        for doc in _read_docs(store, docs).values():
+            keep.update(_doc_refs(doc))
 
         orphans: dict = {}
         for h, size in _scan(store, "SELECT hash, size FROM blobs"):
@@ -195,6 +267,12 @@ def gc(rw, older_than_days: float, dry_run: bool = False, verify: bool = True) -
         if not dry_run:
             store.execute("DELETE FROM cache WHERE cached_at < ?", (cutoff,))
             store.execute("DELETE FROM tool_cache WHERE cached_at < ?", (cutoff,))
+            for run_id, rows in materialized.items():
+                store.execute(
+                    "DELETE FROM nodes WHERE run_id = ? AND status = 'inherited' AND doc IS NULL "
+                    "AND field_hashes IS NULL AND input_hash IS NULL", (run_id,),
+                )
+                store.insert_nodes(rows)
             ids = sorted(purged)
             for chunk in _chunks(ids):
                 marks = ",".join("?" * len(chunk))
@@ -257,11 +335,14 @@ def export_run(rw, run_id: str) -> dict:
 
     wanted: set = set()
     state_keys: set = set()
+    docs: set = set()
     for n in node_rows:
         wanted.update(_refs(n["inputs"]).values())
         wanted.update(_refs(n["outputs"]).values())
-        if n["state_app_id"] is not None and n["sequence_id"] is not None:
-            state_keys.add((n["state_app_id"], int(n["sequence_id"])))
+        if n.get("doc"):
+            docs.add(n["doc"])
+        if n["sequence_id"] is not None:
+            state_keys.add((row_state_app(n), int(n["sequence_id"])))
 
     states, have = [], set()
     cols = ", ".join(STATE_COLUMNS)
@@ -287,13 +368,23 @@ def export_run(rw, run_id: str) -> dict:
     for pk, app_id, seq, position, status, state in states:
         doc = _state_doc(state)
         wanted.update(_state_refs(doc).values())
+        if _state_doc_hash(doc):
+            docs.add(_state_doc_hash(doc))
         state_docs.append({
             "partition_key": pk, "app_id": app_id, "sequence_id": int(seq),
             "position": position, "status": status, "state": doc,
         })
 
+    wanted.update(docs)
+    doc_values = store.get_docs(sorted(docs))
+    for d in doc_values.values():
+        wanted.update(_doc_refs(d))
+
+    def input_hash(n: dict) -> Optional[str]:
+        return n["input_hash"] or (doc_values.get(n.get("doc")) or {}).get("input_hash")
+
     cache_rows = []
-    for key in sorted({(n["node"], n["input_hash"]) for n in node_rows if n["input_hash"]}):
+    for key in sorted({(n["node"], input_hash(n)) for n in node_rows if input_hash(n)}):
         entry = store.cache_get(*key)
         if entry is not None:
             cache_rows.append(entry)
@@ -456,7 +547,7 @@ _NODE_TYPES = {
     "outputs": ("refs", True), "prompt_tokens": ("int", True), "completion_tokens": ("int", True),
     "tokens": ("int", True), "tokens_saved": ("int", True), "latency_ms": ("number", True),
     "reason": ("text", True), "error": ("text", True), "started_at": ("number", True),
-    "source_run": ("ident", True),
+    "source_run": ("ident", True), "doc": ("hash", True),
 }
 _CACHE_TYPES = {
     "node": ("ident", False), "input_hash": ("hash", False), "output_hash": ("hash", False),
@@ -485,6 +576,8 @@ def _typed(value: Any, kind: str, optional: bool, where: str) -> Any:
     if kind == "json":
         return _V.json_text(value, where, optional=optional)
     if kind == "refs":
+        if value is None and optional:
+            return None  # a step row whose refs live in its doc
         return _V.refs(value, where)
     if kind == "status":
         if value not in RUN_STATUSES:
@@ -586,9 +679,13 @@ def _validate(doc: Any) -> dict:
             except ValueError:
                 _V.fail(f"{where}.state", "is not valid JSON")
         if not isinstance(state, dict) or not isinstance(state.get(REFS_KEY, {}), dict):
-            _V.fail(f"{where}.state", f"must be an object with a {REFS_KEY!r} object")
+            _V.fail(f"{where}.state", f"must be an object with a {REFS_KEY!r} object or a "
+                    f"{DOC_KEY!r} hash")
         for k, h in state.get(REFS_KEY, {}).items():
             _V.hash(h, f"{where}.state.{REFS_KEY}[{k!r}]")
+        for key in (DOC_KEY, STEP_DOC_KEY):
+            if key in state:
+                _V.hash(state[key], f"{where}.state.{key}")
         try:
             state_text = json.dumps(state, sort_keys=True, separators=(",", ":"), allow_nan=False)
             state_text.encode("utf-8")
@@ -603,6 +700,7 @@ def _validate(doc: Any) -> dict:
             "position": _V.text(s.get("position"), f"{where}.position", ident=True),
             "status": _V.text(s.get("status"), f"{where}.status", ident=True),
             "state": state_text, "refs": state.get(REFS_KEY, {}),
+            "doc": state.get(DOC_KEY) or state.get(STEP_DOC_KEY),
         })
 
     blobs_raw = doc.get("blobs", {})
@@ -656,9 +754,22 @@ def _validate(doc: Any) -> dict:
         for col in ("inputs", "outputs"):
             for k, h in json.loads(n[col] or "{}").items():
                 referenced.setdefault(h, f"step {n['idx']} ({n['node']}) of run {n['run_id']}")
+    for n in nodes:
+        if n["doc"]:
+            where = f"step {n['idx']} ({n['node']}) of run {n['run_id']}"
+            referenced.setdefault(n["doc"], where)
+            if n["doc"] in blobs:
+                for h in _doc_refs(_parse_doc(blobs[n["doc"]], n["doc"])):
+                    referenced.setdefault(h, where)
     for s in states:
         for h in s["refs"].values():
             referenced.setdefault(h, f"saved state {s['app_id']}@{s['sequence_id']}")
+        if s["doc"]:
+            where = f"saved state {s['app_id']}@{s['sequence_id']}"
+            referenced.setdefault(s["doc"], where)
+            if s["doc"] in blobs:
+                for h in _doc_refs(_parse_doc(blobs[s["doc"]], s["doc"])):
+                    referenced.setdefault(h, where)
     for c in cache:
         for h in json.loads(c["outputs"]).values():
             referenced.setdefault(h, f"the cache entry of {c['node']}")
@@ -668,9 +779,22 @@ def _validate(doc: Any) -> dict:
     }
 
 
+def _parse_doc(data: bytes, h: str) -> dict:
+    try:
+        doc = json.loads(data)
+    except ValueError:
+        doc = None
+    if not isinstance(doc, dict):
+        _V.fail(f"blobs[{h[:12]}…]", "is referenced as a document but is not a JSON object")
+    for v in _doc_refs(doc):
+        _V.hash(v, f"blobs[{h[:12]}…] (a document) reference")
+    return doc
+
+
 # --- import: writing --------------------------------------------------------------------------
 _COMPARE_RUN = ("pipeline", "parent_id", "fork_node", "fork_occurrence", "graph_id", "created_at")
-_COMPARE_NODE = ("idx", "node", "occurrence", "status", "input_hash", "output_hash", "inputs", "outputs")
+_COMPARE_NODE = ("idx", "node", "occurrence", "status", "input_hash", "output_hash", "inputs", "outputs",
+                 "doc")
 
 
 def _same(a: Any, b: Any) -> bool:

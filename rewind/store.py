@@ -26,7 +26,15 @@ from .hashing import canonical_hash, sha256_hex, canonical_json
 SCHEMA_VERSION = 1
 PARTITION_KEY = "rewind"
 BURR_TABLE = "burr_state"
-REFS_KEY = "__rewind_refs__"
+REFS_KEY = "__rewind_refs__"  # a state row of the first layout: {REFS_KEY: {field: hash}, ...}
+# A state row now holds the hash of its {field: hash} doc (a blob) instead of the map:
+#   {DOC_KEY: hash, <Burr's internal keys>}, or, for the common row saved after a step whose
+#   __PRIOR_STEP is the row's position and __SEQUENCE_ID its sequence_id, just {STEP_DOC_KEY: hash}
+#   (those two keys are restored from the row's columns when it is read).
+DOC_KEY = "__rw"
+STEP_DOC_KEY = "__rws"
+PRIOR_STEP_KEY, SEQUENCE_ID_KEY = "__PRIOR_STEP", "__SEQUENCE_ID"
+DOC_MEMORY = 50_000  # parsed docs (state refs maps, step docs) kept in memory per store
 HEARTBEAT_LEASE_S = 60.0
 BLOB_MEMORY_BYTES = 32 << 20  # verified blobs kept in memory per store
 _IMMUTABLE = (str, int, float, bool, type(None))
@@ -42,8 +50,59 @@ NODE_COLUMNS = (
     "run_id", "idx", "node", "occurrence", "status", "sequence_id", "state_app_id",
     "input_hash", "output_hash", "field_hashes", "params", "inputs", "outputs",
     "prompt_tokens", "completion_tokens", "tokens", "tokens_saved", "latency_ms", "reason",
-    "error", "started_at", "source_run",
+    "error", "started_at", "source_run", "doc",
 )
+# What a step row keeps in its content-addressed doc (a blob) instead of in columns: a cached
+# step and its parent's step share one doc, so a no-edit fork adds no copy of them.
+# Space-saving conventions of a step row (all undone by `engine.step_from_row`):
+# - `state_app_id` is NULL when it is the row's own run id;
+# - `reason` is NULL when it is the default for its status (see `default_reason`);
+# - an inherited row's `input_hash` is NULL (it is in the doc).
+STEP_DOC_FIELDS = ("field_hashes", "params", "inputs", "outputs", "output_hash", "input_hash")
+
+
+def default_reason(status: str, source_run: Optional[str], parent_id: Optional[str]) -> Optional[str]:
+    """The reason a cached or inherited step gets unless something more is said."""
+    if status == "cached":
+        return f"cache hit: same inputs as run {source_run}" if source_run else "cache hit"
+    if status == "inherited" and parent_id:
+        return f"inherited from run {parent_id}"
+    return None
+
+
+def is_pointer(row: dict) -> bool:
+    """An inherited step stored as a pointer: only (run_id, idx, node, occurrence, status); the
+    rest is its run's parent's step `idx` (see `inherit_row`). A fork adds no copies of the
+    steps it inherits; gc turns pointers into full rows before it purges the parent."""
+    return (row["status"] == "inherited" and row.get("doc") is None
+            and row.get("field_hashes") is None and row.get("input_hash") is None)
+
+
+def pointer_row(parent_row: dict, run_id: str, idx: int) -> dict:
+    return {"run_id": run_id, "idx": idx, "node": parent_row["node"],
+            "occurrence": parent_row["occurrence"], "status": "inherited", "prompt_tokens": 0,
+            "completion_tokens": 0, "tokens": 0, "tokens_saved": 0, "latency_ms": 0.0}
+
+
+def inherit_row(parent_row: dict, run_id: str, idx: int) -> dict:
+    """Step `idx` of a fork as inherited from its parent's step row (resolved)."""
+    p = parent_row
+    return {
+        **p, "run_id": run_id, "idx": idx, "status": "inherited", "prompt_tokens": 0,
+        "completion_tokens": 0, "tokens": 0, "tokens_saved": 0, "latency_ms": 0.0,
+        "reason": None, "error": None,  # NULL: the default reason, naming the run's parent
+        "source_run": p["run_id"] if p["status"] != "inherited" else p["source_run"],
+        "state_app_id": row_state_app(p),
+        # in the doc it shares with the parent's row (a first-layout row has no doc)
+        "input_hash": None if p.get("doc") else p["input_hash"],
+    }
+
+
+def row_state_app(row: dict) -> Optional[str]:
+    """The app id of the saved state a step row points at (NULL in the row means its run)."""
+    if row.get("sequence_id") is None:
+        return row.get("state_app_id")
+    return row.get("state_app_id") or row.get("run_id")
 CACHE_COLUMNS = (
     "node", "input_hash", "output_hash", "outputs", "prompt_tokens", "completion_tokens",
     "tokens", "latency_ms", "cached_at", "hits", "determinism", "source_run",
@@ -74,7 +133,7 @@ def _schema(t: dict) -> list:
             params TEXT, inputs TEXT, outputs TEXT, prompt_tokens {t['bigint']} DEFAULT 0,
             completion_tokens {t['bigint']} DEFAULT 0, tokens {t['bigint']} DEFAULT 0,
             tokens_saved {t['bigint']} DEFAULT 0, latency_ms {t['float']} DEFAULT 0,
-            reason TEXT, error TEXT, started_at {t['float']}, source_run TEXT,
+            reason TEXT, error TEXT, started_at {t['float']}, source_run TEXT, doc TEXT,
             PRIMARY KEY (run_id, idx))""",
         f"""CREATE TABLE IF NOT EXISTS edges (
             graph_id TEXT NOT NULL, ord INTEGER NOT NULL, src TEXT NOT NULL, dst TEXT,
@@ -152,6 +211,13 @@ def refs_json(refs: dict) -> str:
     return json.dumps(refs, sort_keys=True, separators=(",", ":"))
 
 
+def make_doc(doc: dict) -> tuple:
+    """(hash, bytes) of a content-addressed document (plain JSON data): its canonical JSON,
+    stored as a blob, so `get_blobs` verifies it by its raw digest."""
+    data = canonical_json(doc)
+    return sha256_hex(data), data
+
+
 class Store(abc.ABC):
     """What the engine needs from a database. Backends subclass `SQLStore` below."""
 
@@ -210,6 +276,8 @@ class SQLStore(Store):
         # safely), others as bytes (decoded per read, so no caller sees another's mutation).
         self._verified: collections.OrderedDict = collections.OrderedDict()
         self._verified_bytes = 0
+        self._docs: collections.OrderedDict = collections.OrderedDict()
+        self._doc_memo: dict = {}
         self._create_schema()
         self.recover_interrupted()
 
@@ -310,18 +378,22 @@ class SQLStore(Store):
                     f"{self.url} has schema version {rows[0][0]}, newer than this Rewind "
                     f"({SCHEMA_VERSION}); upgrade Rewind to open it"
                 )
+            self._add_column_if_missing("nodes", "doc", "TEXT")
         self.persister().initialize()
+
+    @abc.abstractmethod
+    def _add_column_if_missing(self, table: str, column: str, ddl_type: str) -> None:
+        """A database created before `column` existed gets it (NULL in its old rows)."""
 
     # blobs ---------------------------------------------------------------------------------
     def put_blobs(self, blobs: dict) -> None:
         """Insert values once: `blobs` maps a content hash to encoded bytes."""
         now = time.time()
-        for h, data in blobs.items():
-            self.execute(
-                "INSERT INTO blobs (hash, data, size, created_at) VALUES (?, ?, ?, ?) "
-                "ON CONFLICT (hash) DO NOTHING",
-                (h, data, len(data), now),
-            )
+        self.executemany(
+            "INSERT INTO blobs (hash, data, size, created_at) VALUES (?, ?, ?, ?) "
+            "ON CONFLICT (hash) DO NOTHING",
+            [(h, data, len(data), now) for h, data in blobs.items()],
+        )
 
     def get_blobs(self, hashes: Iterable[str]) -> dict:
         """Decoded values by hash; each checked against its hash (`IntegrityError` if not)."""
@@ -374,6 +446,46 @@ class SQLStore(Store):
         with self._lock:
             self._verified.clear()
             self._verified_bytes = 0
+            self._docs.clear()
+
+    def memo_doc(self, key: tuple, build) -> tuple:
+        """(hash, bytes) of the doc `build()` returns, remembered under `key` (a tuple that
+        determines the doc): a replay makes the same docs its parent made, so it skips their
+        encoding and hashing. The bytes are still written (INSERT .. DO NOTHING) each time."""
+        memo = self._doc_memo
+        got = memo.get(key)
+        if got is None:
+            got = make_doc(build())
+            if len(memo) >= DOC_MEMORY:
+                memo.clear()
+            memo[key] = got
+        return got
+
+    def get_docs(self, hashes: Iterable[str]) -> dict:
+        """Parsed content-addressed docs by hash (verified like any blob). The dicts are shared
+        between callers: read them, never mutate them."""
+        docs = self._docs
+        out = {}
+        missing = []
+        for h in hashes:
+            if not h or h in out:
+                continue
+            d = docs.get(h)
+            if d is None:
+                missing.append(h)
+            else:
+                out[h] = d
+        if missing:
+            got = self.get_blobs(missing)
+            with self._lock:
+                for h in missing:
+                    d = got[h]
+                    if not isinstance(d, dict):
+                        raise IntegrityError(f"blob {h[:12]}… is not a Rewind document")
+                    out[h] = docs[h] = d
+                while len(docs) > DOC_MEMORY:
+                    docs.popitem(last=False)
+        return out
 
     def values(self, refs: dict) -> dict:
         """Resolve a {field: blob hash} mapping into {field: value}."""
@@ -478,11 +590,46 @@ class SQLStore(Store):
             [row.get(c) for c in NODE_COLUMNS],
         )
 
-    def get_node_rows(self, run_id: str) -> list:
+    def get_node_rows(self, run_id: str, parent_id: Any = False) -> list:
+        """A run's step rows in order, inherited steps resolved (see `is_pointer`); pass the
+        run's `parent_id` if known (saves a query when some of its rows are pointers)."""
+        rows = self.query(
+            f"SELECT {', '.join(NODE_COLUMNS)} FROM nodes WHERE run_id = ? ORDER BY idx", (run_id,)
+        )
+        rows = [dict(zip(NODE_COLUMNS, r)) for r in rows]
+        return self._resolve_pointers(run_id, rows, parent_id)
+
+    def raw_node_rows(self, run_id: str) -> list:
+        """A run's step rows as stored (inherited steps may be pointers)."""
         rows = self.query(
             f"SELECT {', '.join(NODE_COLUMNS)} FROM nodes WHERE run_id = ? ORDER BY idx", (run_id,)
         )
         return [dict(zip(NODE_COLUMNS, r)) for r in rows]
+
+    def _resolve_pointers(self, run_id: str, rows: list, parent_id: Any = False, depth: int = 0) -> list:
+        if not any(is_pointer(r) for r in rows):
+            return rows
+        if parent_id is False:
+            run = self.get_run_row(run_id)
+            parent_id = run["parent_id"] if run else None
+        parent_rows: dict = {}
+        if parent_id:
+            if depth > 10_000:
+                raise StoreError(f"run {run_id}: its parent chain does not end")
+            got = self.raw_node_rows(parent_id)
+            parent_rows = {r["idx"]: r for r in self._resolve_pointers(parent_id, got, False, depth + 1)}
+        out = []
+        for r in rows:
+            if is_pointer(r):
+                p = parent_rows.get(r["idx"])
+                if p is None:
+                    raise NotFound(
+                        f"step {r['idx']} of run {run_id} is inherited from run {parent_id}, "
+                        "whose step rows are missing"
+                    )
+                r = inherit_row(p, run_id, r["idx"])
+            out.append(r)
+        return out
 
     def get_node_rows_for_runs(self, run_ids: Sequence[str]) -> dict:
         out: dict = {rid: [] for rid in run_ids}
@@ -496,7 +643,7 @@ class SQLStore(Store):
             ):
                 row = dict(zip(NODE_COLUMNS, r))
                 out[row["run_id"]].append(row)
-        return out
+        return {rid: self._resolve_pointers(rid, rows) for rid, rows in out.items()}
 
     # edges ---------------------------------------------------------------------------------
     def put_graph(self, graph_id: str, nodes: Sequence[str], edges: Sequence[tuple]) -> None:
@@ -631,14 +778,34 @@ class SQLStore(Store):
     # Burr state ------------------------------------------------------------------------------
     def load_state_refs(self, app_id: str, sequence_id: int) -> Optional[dict]:
         rows = self.query(
-            f"SELECT state FROM {BURR_TABLE} WHERE partition_key = ? AND app_id = ? AND sequence_id = ?",
+            f"SELECT state, position, sequence_id FROM {BURR_TABLE} WHERE partition_key = ? "
+            "AND app_id = ? AND sequence_id = ?",
             (PARTITION_KEY, app_id, sequence_id),
         )
         if not rows:
             return None
-        data = rows[0][0]
+        data, position, seq = rows[0]
         data = json.loads(data) if isinstance(data, (str, bytes)) else data
-        return data
+        return self.resolve_state_doc(data, position, seq)
+
+    def resolve_state_doc(self, data: dict, position: Any, sequence_id: Any) -> dict:
+        """A state row's document in its resolved form {REFS_KEY: {field: hash}, internal keys}
+        (a row holds the refs map by hash, in a blob; rows of the first layout inline)."""
+        h = data.get(DOC_KEY) or data.get(STEP_DOC_KEY)
+        if h is None:
+            return data
+        out = {k: v for k, v in data.items() if k not in (DOC_KEY, STEP_DOC_KEY)}
+        if STEP_DOC_KEY in data:
+            out[PRIOR_STEP_KEY] = position
+            out[SEQUENCE_ID_KEY] = int(sequence_id)
+        out[REFS_KEY] = dict(self.get_docs([h])[h])
+        return out
+
+    def has_state(self, app_id: str, sequence_id: int) -> bool:
+        return bool(self.query(
+            f"SELECT 1 FROM {BURR_TABLE} WHERE partition_key = ? AND app_id = ? AND sequence_id = ?",
+            (PARTITION_KEY, app_id, sequence_id),
+        ))
 
     def insert_state_rows(self, rows: list) -> None:
         self.executemany(
@@ -713,8 +880,9 @@ class SQLStore(Store):
 
 
 class BlobRefPersisterMixin:
-    """Burr persister behaviour shared by backends: a state row holds {field: blob hash} plus
-    Burr's small internal keys, never the values themselves, so a fork adds rows, not copies."""
+    """Burr persister behaviour shared by backends: a state row holds the hash of its refs map
+    ({field: blob hash}, itself a content-addressed blob) plus Burr's small internal keys, never
+    the values nor the map, so a fork whose states equal its parent's adds small rows only."""
 
     rewind_store: SQLStore
 
@@ -733,7 +901,12 @@ class BlobRefPersisterMixin:
                     continue
                 refs[k] = canonical_hash(v, k)
                 blobs[refs[k]] = serde.encode(v, k)
-        doc = json.dumps({REFS_KEY: refs, **internal}, sort_keys=True, separators=(",", ":"))
+        doc_hash, doc_data = store.memo_doc(tuple(refs.items()), lambda: refs)
+        blobs[doc_hash] = doc_data
+        if internal == {PRIOR_STEP_KEY: position, SEQUENCE_ID_KEY: sequence_id}:
+            doc = json.dumps({STEP_DOC_KEY: doc_hash}, separators=(",", ":"))
+        else:
+            doc = json.dumps({DOC_KEY: doc_hash, **internal}, sort_keys=True, separators=(",", ":"))
         row = (partition_key if partition_key is not None else PARTITION_KEY, app_id, sequence_id,
                position, doc, status)
         if ctx is not None:
@@ -754,7 +927,8 @@ class BlobRefPersisterMixin:
         result = super().load(partition_key, app_id, sequence_id, **kwargs)
         if result is None:
             return None
-        raw = result["state"].get_all()
+        raw = self.rewind_store.resolve_state_doc(
+            result["state"].get_all(), result["position"], result["sequence_id"])
         refs = raw.get(REFS_KEY, {})
         values = self.rewind_store.values(refs)
         values.update({k: v for k, v in raw.items() if k != REFS_KEY})

@@ -111,6 +111,27 @@ class PostgresStore(SQLStore):
     def _make_persister(self, connection):
         return BlobRefPostgresPersister(self, connection)
 
+    def _add_column_if_missing(self, table: str, column: str, ddl_type: str) -> None:
+        self.execute(f"ALTER TABLE {table} ADD COLUMN IF NOT EXISTS {column} {ddl_type}")
+
+    def executemany(self, sql: str, rows: Sequence) -> None:
+        rows = list(rows)
+        if len(rows) < 2:
+            return super().executemany(sql, rows)
+        from psycopg2.extras import execute_batch
+
+        cur = self.connection.cursor()
+        try:
+            execute_batch(cur, self._sql(sql), [tuple(_clean_param(p) for p in r) for r in rows])
+        except UnicodeEncodeError as e:
+            raise InvalidRequest(
+                f"a value is not valid Unicode text ({e.reason} at position {e.start}); "
+                "lone surrogates cannot be stored or searched for"
+            ) from None
+        except psycopg2.DataError as e:
+            first = (e.pgerror or str(e)).strip().splitlines()[0]
+            raise InvalidRequest(f"PostgreSQL refused a value: {first}") from None
+
     def _slot(self):
         # The base class keeps one connection per thread and closes those of ended threads;
         # here a connection the server closed (a restart, an idle timeout) is replaced too.

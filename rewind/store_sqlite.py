@@ -57,6 +57,11 @@ class SQLiteStore(SQLStore):
     def _make_persister(self, connection):
         return BlobRefSQLitePersister(self, connection)
 
+    def _add_column_if_missing(self, table: str, column: str, ddl_type: str) -> None:
+        cols = [r[1] for r in self.execute(f"PRAGMA table_info({table})").fetchall()]
+        if column not in cols:
+            self.execute(f"ALTER TABLE {table} ADD COLUMN {column} {ddl_type}")
+
     @contextlib.contextmanager
     def transaction(self) -> Iterator[None]:
         conn = self.connection
