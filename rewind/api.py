@@ -20,7 +20,8 @@ from . import serde
 from .action import SIDE_EFFECT
 from .engine import (
     ExecutionContext, Heartbeat, Pipeline, base_builder, execute, load_pipeline_spec,
-    new_run_id, owner_fields, step_from_row, steps_from_rows, summarize_state,
+    new_run_id, normalize_overrides, owner_fields, step_from_row, steps_from_rows,
+    summarize_state,
 )
 from .errors import ForkError, InvalidRequest, NotFound, RewindError
 from .hashing import canonical_hash, canonical_json
@@ -299,16 +300,22 @@ class Rewind:
         fork_id = new_run_id()
         prior = steps[:index]
         parent_by_key = {(s.node, s.occurrence): s for s in steps}
-        # a fork keeps its ancestors' param changes: a no-edit fork of a fork replays it exactly
-        overrides = json.loads(parent_row["params_json"]) if parent_row["params_json"] else {}
+        # a fork keeps its ancestors' param changes (each from the visit it was made at) and
+        # re-applies their edits at visits still ahead: a no-edit fork of a fork replays it exactly
+        overrides = normalize_overrides(
+            json.loads(parent_row["params_json"]) if parent_row["params_json"] else {}
+        )
         if params:
-            overrides[at] = {**overrides.get(at, {}), **params}
+            overrides.setdefault(at, []).append([occurrence, dict(params)])
+        done = {(s.node, s.occurrence) for s in prior} | {(at, occurrence)}
+        replay_edits = self._lineage_edits(parent_row, done)
         ctx = ExecutionContext(
             self.store, fork_id, pipeline, use_cache=use_cache,
             dry_run_side_effects=not allow_side_effects, allow_side_effects=allow_side_effects,
             param_overrides=overrides, parent_steps=parent_by_key,
             parent_id=parent_row["id"], prior_steps=[], on_step=on_step,
         )
+        ctx.replay_edits = replay_edits
         if use_cache:
             ctx.cache_prefetch = self.store.cache_get_many(
                 [(s.node, s.input_hash) for s in steps[index:] if s.status != "failed"]
@@ -381,6 +388,20 @@ class Rewind:
             self._save_start_state(ctx, fork_id, source_seq, at, start_state, flush=False)
         return execute(ctx, app, self._heartbeat, started)
 
+    def _lineage_edits(self, run_row: dict, done: set) -> dict:
+        """{(node, occurrence): edit} made by a run and its ancestors, nearest first, except
+        at the visits in `done` (already part of the state a replay starts from)."""
+        edits: dict = {}
+        row, seen = run_row, set()
+        while row is not None and row["id"] not in seen:
+            seen.add(row["id"])
+            if row["edit_json"] and row["fork_node"]:
+                key = (row["fork_node"], int(row["fork_occurrence"] or 1))
+                if key not in done:
+                    edits.setdefault(key, json.loads(row["edit_json"]))
+            row = self.store.get_run_row(row["parent_id"]) if row["parent_id"] else None
+        return edits
+
     def resume(self, run_id: str, on_step: Optional[Callable[[Step], None]] = None) -> Run:
         """Continue an interrupted (or failed) run at its next node, through Burr."""
         row = self.store.get_run_row(str(run_id))
@@ -410,6 +431,10 @@ class Rewind:
             on_step=on_step,
         )
         index = len(keep)
+        done = {(s.node, s.occurrence) for s in keep}
+        if row["fork_node"]:
+            done.add((row["fork_node"], int(row["fork_occurrence"] or 1)))
+        ctx.replay_edits = self._lineage_edits(row, done)
         source_app, source_seq = self._fork_source(row, keep, index)
         persister = self.store.persister()
         state = persister.load(PARTITION_KEY, source_app, source_seq)

@@ -10,6 +10,7 @@ persister (subclassed in `store`) saves each state as blob references in the sam
 from __future__ import annotations
 
 import collections
+import copy
 import contextvars
 import json
 import logging
@@ -195,7 +196,9 @@ class ExecutionContext:
         self.use_cache = use_cache
         self.dry_run_side_effects = dry_run_side_effects
         self.allow_side_effects = allow_side_effects
-        self.param_overrides = param_overrides or {}
+        self.param_overrides = normalize_overrides(param_overrides)
+        # edits made by ancestor forks at visits this execution has yet to reach
+        self.replay_edits: dict = {}
         self.parent_steps = parent_steps or {}
         self.parent_id = parent_id
         self.steps: list = list(prior_steps or [])
@@ -293,38 +296,67 @@ class ExecutionContext:
         )
 
     # per-node constants ----------------------------------------------------------------------
-    def node_constants(self, node: str, inner: Action) -> dict:
-        got = self._node_cache.get(node)
+    def node_constants(self, node: str, inner: Action, occurrence: int = 1) -> dict:
+        overrides = overrides_at(self.param_overrides, node, occurrence)
+        key = (node, json.dumps(overrides, sort_keys=True, default=repr)) if overrides else node
+        got = self._node_cache.get(key)
         if got is not None:
             return got
-        shared = self.pipeline.actions.get(node) is inner and not self.param_overrides.get(node)
+        shared = self.pipeline.actions.get(node) is inner and not overrides
         if shared:  # the same for every execution of the pipeline: computed once
             got = self.pipeline._constants.get(node)
             if got is not None:
-                self._node_cache[node] = got
+                # the constants and helpers the node names may have been rebound since
+                got = {**got, "code": code_fingerprint(_code_of(inner), got["policy"].version)}
+                self._node_cache[key] = got
                 return got
         policy = policy_of(inner)
         params = self.pipeline.params(node) if self.pipeline.actions.get(node) is inner else node_params(inner)
-        overrides = self.param_overrides.get(node) or {}
         params.update(overrides)
         runner = inner.with_params(**overrides) if overrides else inner
-        fn = getattr(inner, "_originating_fn", None) or getattr(inner, "fn", None)
-        if fn is None:
-            fn = type(inner)  # a class-based action: its class source is its code
-        code = code_fingerprint(fn, policy.version)
+        code = code_fingerprint(_code_of(inner), policy.version)
         param_hashes = {f"param:{k}": canonical_hash(v, f"{node}.{k}") for k, v in params.items()}
         got = {
             "policy": policy, "params": params, "runner": runner, "code": code,
             "param_hashes": param_hashes, "params_json": _json_or_repr(params),
         }
         got["params_doc"] = json.loads(got["params_json"])
-        self._node_cache[node] = got
+        self._node_cache[key] = got
         if shared:
             self.pipeline._constants[node] = got
         return got
 
     def parent_step(self, node: str, occurrence: int) -> Optional[Step]:
         return self.parent_steps.get((node, occurrence))
+
+
+def _code_of(inner: Action) -> Any:
+    fn = getattr(inner, "_originating_fn", None) or getattr(inner, "fn", None)
+    return fn if fn is not None else type(inner)  # a class-based action: its class is its code
+
+
+def normalize_overrides(raw: Optional[dict]) -> dict:
+    """A run's param overrides as {node: [[from_occurrence, {param: value}], ...]}; a plain
+    {node: {param: value}} (as written before occurrences were recorded) starts at visit 1."""
+    out: dict = {}
+    for node, layers in (raw or {}).items():
+        out[node] = [[int(a), dict(b)] for a, b in layers] if isinstance(layers, list) else [[1, dict(layers)]]
+    return out
+
+
+def overrides_at(overrides: dict, node: str, occurrence: int) -> dict:
+    """The params a fork lineage set for this visit of `node`: a change made at visit k holds
+    from visit k on, so a no-edit fork of a fork replays it exactly."""
+    layers = overrides.get(node)
+    if not layers:
+        return {}
+    if isinstance(layers, dict):
+        layers = [[1, layers]]
+    merged: dict = {}
+    for start, params in sorted(layers, key=lambda layer: layer[0]):
+        if occurrence >= start:
+            merged.update(params)
+    return merged
 
 
 def _miss_reason(ctx: ExecutionContext, node: str, occurrence: int, field_hashes: dict,
@@ -419,7 +451,11 @@ class ReplayAction(SingleStepAction):
         started_at = time.time()
         occurrence = ctx.occurrences[node] + 1
         ctx.occurrences[node] = occurrence
-        const = ctx.node_constants(node, inner)
+        edit = ctx.replay_edits.pop((node, occurrence), None)
+        if edit:  # an ancestor fork edited the state here: its world includes that edit
+            state = state.update(**edit)
+            ctx.absorb(edit)
+        const = ctx.node_constants(node, inner, occurrence)
         policy = const["policy"]
         reads, writes = list(inner.reads), list(inner.writes)
 
@@ -516,7 +552,9 @@ class ReplayAction(SingleStepAction):
             if record.get("integrity_note"):
                 record["reason"] += f" (cache entry rejected: {record['integrity_note']})"
             meter = StepMeter(node=node, tool_store=ctx.store if ctx.use_cache else None)
-            guard = _ReadGuard(dict(read_values), node, reads, state.keys())
+            # by value: an in-place change to a read must not leak into the state, since a
+            # cache hit could not replay it and the next node would see other inputs
+            guard = _ReadGuard(copy.deepcopy(read_values), node, reads, state.keys())
             try:
                 with metering(meter):
                     runner = const["runner"]
@@ -547,13 +585,6 @@ class ReplayAction(SingleStepAction):
                 ctx.last_error = f"{node}: {record['error']}"
                 raise RewindError(record["error"])
             outputs = {w: new_state[w] for w in writes if w in new_state}
-            # A node may have mutated a read value in place: keep the hashes true to the state.
-            for k, v in read_values.items():
-                if k in outputs:
-                    continue
-                h = canonical_hash(v, k)
-                if h != ctx.state_hashes.get(k):
-                    ctx.absorb({k: v})
         else:
             result = None
 

@@ -251,7 +251,9 @@ def combine(parts: dict) -> str:
 
 # --- code fingerprints --------------------------------------------------------------------
 
-_FINGERPRINTS: dict = {}
+# A function object's source never changes, so it is read once; the constants, closure values
+# and helpers it names can be rebound at any time, so they are looked up on every fingerprint.
+_SOURCES: dict = {}
 
 
 def _constant_value(value: Any) -> Any:
@@ -268,12 +270,24 @@ def _constant_value(value: Any) -> Any:
 
 def _code_text(fn: Callable) -> str:
     try:
-        return inspect.getsource(fn)
+        got = _SOURCES.get(fn)
+    except TypeError:
+        got = None
+    if got is not None:
+        return got
+    try:
+        got = inspect.getsource(fn)
     except (OSError, TypeError):
         code = getattr(fn, "__code__", None)
         if code is None:
-            return repr(getattr(fn, "__qualname__", type(fn).__name__))
-        return code.co_code.hex() + repr(code.co_consts)
+            got = repr(getattr(fn, "__qualname__", type(fn).__name__))
+        else:
+            got = code.co_code.hex() + repr(code.co_consts)
+    try:
+        _SOURCES[fn] = got
+    except TypeError:
+        pass
+    return got
 
 
 def _names_used(code: types.CodeType) -> set:
@@ -284,57 +298,73 @@ def _names_used(code: types.CodeType) -> set:
     return names
 
 
-def code_fingerprint(fn: Callable, version: Optional[str] = None) -> str:
-    """Hash of a node's source, the module constants and closure values it names, and `version`.
-
-    Functions of the same module that the node calls are followed too, so editing a helper or a
-    prompt constant invalidates the cache instead of serving a stale output.
-    """
-    key = (fn, version)
-    try:
-        cached = _FINGERPRINTS.get(key)
-    except TypeError:
-        cached, key = None, None
-    if cached is not None:
-        return cached
-
+def _named_values(fn: Callable) -> list:
+    """[(function, name, value)] for every global and closure value the function and the
+    same-module helpers it calls name, helpers followed, in a stable order."""
     seen: set = set()
-    parts: list = []
+    out: list = []
 
     def visit(f: Callable) -> None:
         f = inspect.unwrap(f) if callable(f) else f
         if id(f) in seen:
             return
         seen.add(id(f))
-        parts.append(_code_text(f))
+        out.append((f, None, None))
         code = getattr(f, "__code__", None)
         if code is None:
             return
         g = getattr(f, "__globals__", {})
-        for name in sorted(_names_used(code)):
-            if name not in g:
-                continue
-            value = g[name]
-            if inspect.isfunction(value) and value.__module__ == getattr(f, "__module__", None):
-                visit(value)
-                continue
-            spelled = _constant_value(value)
-            if spelled is not None:
-                parts.append([name, spelled])
+        named = [(n, g[n]) for n in sorted(_names_used(code)) if n in g]
         for cell_name, cell in zip(code.co_freevars, f.__closure__ or ()):
             try:
-                value = cell.cell_contents
+                named.append((cell_name, cell.cell_contents))
             except ValueError:
                 continue
-            if inspect.isfunction(value):
+        for name, value in named:
+            if inspect.isfunction(value) and (
+                value.__module__ == getattr(f, "__module__", None) or name in code.co_freevars
+            ):
                 visit(value)
-                continue
-            spelled = _constant_value(value)
-            if spelled is not None:
-                parts.append([cell_name, spelled])
+            else:
+                out.append((f, name, value))
 
     visit(fn)
+    return out
+
+
+_FINGERPRINTS: dict = {}
+
+
+def code_fingerprint(fn: Callable, version: Optional[str] = None) -> str:
+    """Hash of a node's source, the module constants and closure values it names, and `version`.
+
+    Functions of the same module that the node calls are followed too, so editing a helper or
+    rebinding a prompt constant invalidates the cache instead of serving a stale output. Values
+    are spelled when a name is bound to a new object; a mutable global the node only mutates
+    in place (a call log, a counter) keeps its first spelling, so it never makes every run miss.
+    """
+    named = _named_values(fn)
+    key = (id(fn), version, tuple((id(f), name, id(value)) for f, name, value in named))
+    got = _FINGERPRINTS.get(key)
+    if got is not None:
+        return got
+    parts: list = []
+    for f, name, value in named:
+        if name is None:
+            parts.append(_code_text(f))
+            continue
+        spelled = _constant_value(value)
+        if spelled is not None:
+            parts.append([name, spelled])
     digest = canonical_hash({"code": parts, "version": version})
-    if key is not None:
-        _FINGERPRINTS[key] = digest
+    if len(_FINGERPRINTS) > 10_000:
+        _FINGERPRINTS.clear()
+        _KEEP_ALIVE.clear()
+    _FINGERPRINTS[key] = digest
+    _KEEP_ALIVE[key] = (fn, [v for _f, _n, v in named])
     return digest
+
+
+# Holding the objects whose ids make a fingerprint key stops a freed id from being reused by an
+# unrelated object and mistaken for the old binding.
+_KEEP_ALIVE: dict = {}

@@ -112,10 +112,25 @@ class Run:
             finished_at=row["finished_at"], summary=row["summary"] or "",
             step_count=int(row["step_count"] or 0), error=row["error"],
             edit=json.loads(row["edit_json"]) if row["edit_json"] else {},
-            params=json.loads(row["params_json"]) if row["params_json"] else {},
+            params=_merged_params(row["params_json"]),
             allow_side_effects=bool(row["allow_side_effects"]), graph_id=row["graph_id"],
             entrypoint=row["entrypoint"],
         )
+
+
+def _merged_params(params_json: Optional[str]) -> dict:
+    """{node: {param: value}} a run's lineage changed (each change holds from the visit it was
+    made at; the engine keeps that detail, this is the summary for display)."""
+    raw = json.loads(params_json) if params_json else {}
+    out: dict = {}
+    for node, layers in raw.items():
+        if isinstance(layers, dict):
+            layers = [[1, layers]]
+        merged: dict = {}
+        for _start, params in sorted(layers, key=lambda layer: layer[0]):
+            merged.update(params)
+        out[node] = merged
+    return out
 
 
 @dataclasses.dataclass

@@ -457,3 +457,68 @@ def test_on_step_reports_only_committed_steps(store_url):
     fork = rw.fork(run.id, at="draft", edit={"plan": "other"}, on_step=on_step)
     assert [s[0] for s in seen] == [s.node for s in fork.steps if s.status != "inherited"]
     assert all(rows == [status] for _, status, rows in seen)
+
+
+def test_param_change_holds_from_its_visit_on(store_url):
+    """A param set at visit 3 of a loop does not reach back to visits 1 and 2 when the fork is
+    itself forked earlier: the no-edit fork of the fork replays it exactly."""
+    rw = Rewind(store_url)
+    run = rw.run(shapes.loop(), {"goal": "go"})
+    f1 = rw.fork(run.id, at="improve", occurrence=3, params={"suffix": "!"})
+    assert f1.step("done").outputs["result"] == "go++!"
+    CALLS.clear()
+    f2 = rw.fork(f1.id, at="improve", occurrence=1)
+    assert CALLS == [] and f2.total_tokens == 0
+    assert [s.output_hash for s in f2.steps] == [s.output_hash for s in f1.steps]
+    assert [s.params.get("suffix") for s in f2.steps if s.node == "improve"] == ["+", "+", "!"]
+
+
+def test_an_ancestors_later_edit_is_replayed_when_forking_earlier(store_url):
+    rw = Rewind(store_url)
+    run = rw.run(shapes.linear(), {"topic": "otters"})
+    f1 = rw.fork(run.id, at="polish", edit={"draft": "EDITED draft"})
+    CALLS.clear()
+    f2 = rw.fork(f1.id, at="plan")  # before f1's edit point, no edit of its own
+    assert CALLS == [] and f2.total_tokens == 0
+    assert [s.output_hash for s in f2.steps] == [s.output_hash for s in f1.steps]
+    assert f2.step("polish").outputs["report"] == "EDITED DRAFT"
+
+
+def test_in_place_change_of_a_read_does_not_leak_into_state(store_url):
+    @action(reads=["cfg"], writes=["out"])
+    def bump(state):
+        cfg = state["cfg"]
+        cfg["n"] += 1  # mutates its input in place and does not declare it as a write
+        return state.update(out=cfg["n"])
+
+    @action(reads=["cfg", "out"], writes=["final"])
+    def report(state):
+        rewind.record_usage(5, 5)
+        return state.update(final=[state["cfg"]["n"], state["out"]])
+
+    graph = GraphBuilder().with_actions(bump=bump, report=report).with_transitions(("bump", "report")).build()
+    rw = Rewind(store_url)
+    run = rw.run(Pipeline("inplace", graph, "bump"), {"cfg": {"n": 0}})
+    assert run.step("report").outputs["final"] == [0, 1]
+    fork = rw.fork(run.id, at="bump")
+    assert fork.total_tokens == 0
+    assert [s.output_hash for s in fork.steps] == [s.output_hash for s in run.steps]
+
+
+PROMPT_FOR_TEST = "say hi"
+
+
+@action(reads=["topic"], writes=["said"])
+def talk(state):
+    return state.update(said=PROMPT_FOR_TEST + " " + state["topic"])
+
+
+def test_rebinding_a_module_constant_is_a_cache_miss(store_url, monkeypatch):
+    graph = GraphBuilder().with_actions(talk=talk).build()
+    rw = Rewind(store_url)
+    first = rw.run(Pipeline("talk", graph, "talk"), {"topic": "x"})
+    assert first.steps[0].outputs == {"said": "say hi x"}
+    monkeypatch.setattr(__import__(__name__, fromlist=["x"]), "PROMPT_FOR_TEST", "say bye")
+    second = rw.run(Pipeline("talk", graph, "talk"), {"topic": "x"})
+    assert second.steps[0].status == "executed"
+    assert second.steps[0].outputs == {"said": "say bye x"}
