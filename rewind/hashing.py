@@ -298,9 +298,13 @@ def _names_used(code: types.CodeType) -> set:
     return names
 
 
+_MISSING = object()
+
+
 def _named_values(fn: Callable) -> list:
-    """[(function, name, value)] for every global and closure value the function and the
-    same-module helpers it calls name, helpers followed, in a stable order."""
+    """[(function, name, value, where)] for every global and closure value the function and the
+    same-module helpers it calls name, helpers followed, in a stable order. `where` says how to
+    read the binding again: ("g", globals, name) or ("c", cell); None for a function's own code."""
     seen: set = set()
     out: list = []
 
@@ -309,29 +313,40 @@ def _named_values(fn: Callable) -> list:
         if id(f) in seen:
             return
         seen.add(id(f))
-        out.append((f, None, None))
+        out.append((f, None, None, None))
         code = getattr(f, "__code__", None)
         if code is None:
             return
         g = getattr(f, "__globals__", {})
-        named = [(n, g[n]) for n in sorted(_names_used(code)) if n in g]
+        named = [(n, g[n], ("g", g, n)) for n in sorted(_names_used(code)) if n in g]
         for cell_name, cell in zip(code.co_freevars, f.__closure__ or ()):
             try:
-                named.append((cell_name, cell.cell_contents))
+                named.append((cell_name, cell.cell_contents, ("c", cell)))
             except ValueError:
                 continue
-        for name, value in named:
+        for name, value, where in named:
             if inspect.isfunction(value) and (
-                value.__module__ == getattr(f, "__module__", None) or name in code.co_freevars
+                value.__module__ == getattr(f, "__module__", None) or where[0] == "c"
             ):
+                out.append((f, name, value, where))  # a rebound helper changes the plan
                 visit(value)
             else:
-                out.append((f, name, value))
+                out.append((f, name, value, where))
 
     visit(fn)
     return out
 
 
+def _read_binding(where: tuple) -> Any:
+    if where[0] == "g":
+        return where[1].get(where[2], _MISSING)
+    try:
+        return where[1].cell_contents
+    except ValueError:
+        return _MISSING
+
+
+# (fn, version) -> (bindings to re-read, the objects they were bound to, digest)
 _FINGERPRINTS: dict = {}
 
 
@@ -340,31 +355,33 @@ def code_fingerprint(fn: Callable, version: Optional[str] = None) -> str:
 
     Functions of the same module that the node calls are followed too, so editing a helper or
     rebinding a prompt constant invalidates the cache instead of serving a stale output. Values
-    are spelled when a name is bound to a new object; a mutable global the node only mutates
-    in place (a call log, a counter) keeps its first spelling, so it never makes every run miss.
+    are spelled again when a name is bound to a new object; a mutable global the node only
+    mutates in place (a call log, a counter) keeps its first spelling, so it never makes every
+    run miss.
     """
+    try:
+        memo = _FINGERPRINTS.get((fn, version))
+    except TypeError:
+        memo = None
+    if memo is not None:
+        wheres, objects, digest = memo
+        if all(_read_binding(w) is o for w, o in zip(wheres, objects)):
+            return digest
     named = _named_values(fn)
-    key = (id(fn), version, tuple((id(f), name, id(value)) for f, name, value in named))
-    got = _FINGERPRINTS.get(key)
-    if got is not None:
-        return got
     parts: list = []
-    for f, name, value in named:
+    for f, name, value, _where in named:
         if name is None:
             parts.append(_code_text(f))
             continue
+        if inspect.isfunction(value):
+            continue  # followed: its code and names are parts of their own
         spelled = _constant_value(value)
         if spelled is not None:
             parts.append([name, spelled])
     digest = canonical_hash({"code": parts, "version": version})
-    if len(_FINGERPRINTS) > 10_000:
-        _FINGERPRINTS.clear()
-        _KEEP_ALIVE.clear()
-    _FINGERPRINTS[key] = digest
-    _KEEP_ALIVE[key] = (fn, [v for _f, _n, v in named])
+    bound = [(w, v) for _f, name, v, w in named if name is not None]
+    try:
+        _FINGERPRINTS[(fn, version)] = ([w for w, _ in bound], [v for _, v in bound], digest)
+    except TypeError:
+        pass
     return digest
-
-
-# Holding the objects whose ids make a fingerprint key stops a freed id from being reused by an
-# unrelated object and mistaken for the old binding.
-_KEEP_ALIVE: dict = {}
