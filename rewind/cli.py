@@ -24,6 +24,7 @@ on stderr; a traceback only with `REWIND_DEBUG=1`.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import datetime
 import json
@@ -292,6 +293,16 @@ def _finish_run(run: Any, out: Any, hint: Optional[Callable[[Any], list]] = None
     return EXIT_OK if run.status == "completed" else EXIT_FAILED
 
 
+@contextlib.contextmanager
+def shown(progress):
+    """Close a progress display however the work ends."""
+    try:
+        yield progress
+    finally:
+        if progress:
+            progress.close()
+
+
 def _progress_for(pipeline: Any, enabled: bool) -> Optional[Progress]:
     if not enabled:
         return None
@@ -306,11 +317,8 @@ def cmd_demo(args, out) -> int:
         raise CliError("--question: must not be empty")
     with _open(args) as rw:
         progress = _progress_for(pipeline, not args.quiet)
-        try:
+        with shown(progress):
             run = rw.run(pipeline, {"question": question}, on_step=progress)
-        finally:
-            if progress:
-                progress.close()
 
         def hint(run):
             lines = []
@@ -338,11 +346,8 @@ def cmd_run(args, out) -> int:
         if state is None:
             state = dict(pipeline.sample_state)
         progress = _progress_for(pipeline, not args.quiet)
-        try:
+        with shown(progress):
             run = rw.run(pipeline, state, use_cache=not args.no_cache, on_step=progress)
-        finally:
-            if progress:
-                progress.close()
         return _finish_run(run, out)
 
 
@@ -416,13 +421,10 @@ def cmd_fork(args, out) -> int:
                 progress = _progress_for(rw.pipeline(parent.pipeline), True)
             except Exception:
                 progress = Progress(len(parent.steps) or 1)
-        try:
+        with shown(progress):
             run = rw.fork(parent.id, at=args.at, edit=edit, params=params,
                           allow_side_effects=args.allow_side_effects,
                           occurrence=args.occurrence, on_step=progress)
-        finally:
-            if progress:
-                progress.close()
         return _finish_run(run, out, lambda r: [f"\nnext: {PROG} diff {parent.id} {r.id}"])
 
 
@@ -444,11 +446,8 @@ def cmd_diff(args, out) -> int:
         progress = _count_progress(bool(args.noise_samples) and not args.quiet)
         if progress is not None:
             kwargs["on_progress"] = _callback(progress)
-        try:
+        with shown(progress):
             d = rw.diff(args.a, args.b, **kwargs)
-        finally:
-            if progress:
-                progress.close()
     if args.json:
         print(dumps(dataclasses.asdict(d)), file=out)
         return EXIT_OK
@@ -499,11 +498,8 @@ def cmd_audit(args, out) -> int:
         raise CliError(f"--repeats: must be 1 or more, not {args.repeats}")
     with _open(args) as rw:
         progress = _count_progress(not args.quiet)
-        try:
+        with shown(progress):
             report = rw.audit(args.run, repeats=args.repeats, on_progress=_callback(progress))
-        finally:
-            if progress:
-                progress.close()
     if args.json:
         print(dumps(dataclasses.asdict(report)), file=out)
         return EXIT_OK
@@ -575,11 +571,8 @@ def cmd_resume(args, out) -> int:
                 progress = _progress_for(rw.pipeline(run.pipeline), True)
             except Exception:
                 progress = None
-        try:
+        with shown(progress):
             resumed = rw.resume(run.id, on_step=progress)
-        finally:
-            if progress:
-                progress.close()
         return _finish_run(resumed, out)
 
 
