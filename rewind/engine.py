@@ -212,6 +212,7 @@ class ExecutionContext:
         self.pending_hits: list = []
         self.pending_states: list = []
         self.unreported: list = []
+        self.served: dict = {}  # blob hash -> value served from storage (see flush_pending)
         self.cache_prefetch: dict = {}  # (node, input_hash) -> cache entry read ahead by a fork
         self.pending_run: Optional[dict] = None  # a fork's run row, written with its first commit
         self.run_row: Optional[dict] = None  # the run row as written, to return the Run from
@@ -247,6 +248,14 @@ class ExecutionContext:
             self.pending_run = None
         if self.new_blobs:
             store.put_blobs(self.take_new_blobs())
+        if self.served:
+            # A blob read before this transaction (a cache hit, often from memory) may have been
+            # purged by a concurrent gc since: store it again so no row points at nothing.
+            served, self.served = self.served, {}
+            present = store.existing_blobs(list(served))
+            missing = {h: serde.encode(v, "value") for h, v in served.items() if h not in present}
+            if missing:
+                store.put_blobs(missing)
         if self.pending_rows:
             store.insert_nodes(self.pending_rows)
         for row in self.pending_cache:
@@ -280,6 +289,12 @@ class ExecutionContext:
                 self.on_step(step)
             except Exception:  # progress display must never break a run
                 logger.exception("on_step callback failed")
+
+    def note_served(self, refs: dict, values: dict) -> None:
+        """Remember values served from storage that rows of this execution will refer to."""
+        for field, h in refs.items():
+            if field in values:
+                self.served[h] = values[field]
 
     def must_commit(self) -> bool:
         """Commit now after work that cost something (a step that spent tokens or took 20 ms,
@@ -497,6 +512,7 @@ class ReplayAction(SingleStepAction):
             parent = ctx.parent_step(node, occurrence)
             if parent is not None and parent.input_hash == input_hash and parent.output_refs:
                 outputs = ctx.store.values(parent.output_refs)
+                ctx.note_served(parent.output_refs, outputs)
                 record["reason"] = (
                     f"dry-run: the effect already happened with these exact inputs in run "
                     f"{ctx.parent_id}; its recorded outputs are reused"
@@ -522,6 +538,7 @@ class ReplayAction(SingleStepAction):
                     try:
                         refs = json.loads(entry["outputs"])
                         outputs = ctx.store.values(refs)
+                        ctx.note_served(refs, outputs)
                     except RewindError as e:  # integrity failure: a miss, reported
                         logger.warning("cache entry for %s unusable: %s", node, e)
                         record["integrity_note"] = str(e)

@@ -441,6 +441,18 @@ class SQLStore(Store):
                     self._verified_bytes -= size
         return kept
 
+    def existing_blobs(self, hashes: Sequence[str]) -> set:
+        """Which of these blob hashes the database holds now (not the in-memory copies)."""
+        found: set = set()
+        for i in range(0, len(hashes), 500):
+            chunk = list(hashes[i : i + 500])
+            found.update(
+                r[0] for r in self.query(
+                    f"SELECT hash FROM blobs WHERE hash IN ({','.join('?' * len(chunk))})", chunk
+                )
+            )
+        return found
+
     def forget_blobs(self) -> None:
         """Drop the in-memory blobs (after a gc deleted rows from `blobs`)."""
         with self._lock:

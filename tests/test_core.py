@@ -522,3 +522,18 @@ def test_rebinding_a_module_constant_is_a_cache_miss(store_url, monkeypatch):
     second = rw.run(Pipeline("talk", graph, "talk"), {"topic": "x"})
     assert second.steps[0].status == "executed"
     assert second.steps[0].outputs == {"said": "say bye x"}
+
+
+def test_a_blob_purged_after_a_cache_hit_is_stored_again(store_url):
+    """A concurrent gc may delete a blob between a cache hit (often served from memory) and the
+    commit of the step that refers to it: the commit stores it again."""
+    rw = Rewind(store_url)
+    run = rw.run(shapes.linear(), {"topic": "gulls"})
+    h = run.step("polish").output_refs["report"]
+    rw.fork(run.id, at="draft")  # warms this handle's memory of verified blobs
+    with rw.store.transaction():
+        rw.store.execute("DELETE FROM blobs WHERE hash = ?", (h,))
+    fork = rw.fork(run.id, at="draft")
+    assert fork.step("polish").status == "cached"
+    again = Rewind(store_url)  # no memory: reads the database
+    assert again.get_run(fork.id).step("polish").outputs["report"] == run.step("polish").outputs["report"]
