@@ -371,7 +371,8 @@ class Rewind:
             "parent_id": parent_row["id"], "fork_node": at, "fork_occurrence": occurrence,
             "graph_id": pipeline.graph_id, "entrypoint": pipeline.entrypoint,
             "created_at": time.time(), "summary": parent_row["summary"],
-            "edit_json": json.dumps(edit, sort_keys=True, default=repr) if edit else None,
+            # type-preserving (serde), so an ancestor's edit replays with the values it had
+            "edit_json": serde.encode(edit, "edit").decode("utf-8") if edit else None,
             "params_json": json.dumps(overrides, sort_keys=True, default=repr) if overrides else None,
             "allow_side_effects": int(bool(allow_side_effects)), "use_cache": int(bool(use_cache)),
             "start_seq": source_seq, "fork_index": index, **owner_fields(),
@@ -398,7 +399,7 @@ class Rewind:
             if row["edit_json"] and row["fork_node"]:
                 key = (row["fork_node"], int(row["fork_occurrence"] or 1))
                 if key not in done:
-                    edits.setdefault(key, json.loads(row["edit_json"]))
+                    edits.setdefault(key, serde.decode(row["edit_json"].encode("utf-8")))
             row = self.store.get_run_row(row["parent_id"]) if row["parent_id"] else None
         return edits
 

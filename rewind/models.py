@@ -6,6 +6,8 @@ import dataclasses
 import json
 from typing import Any, Optional
 
+from . import serde
+
 RUN_STATUSES = ("running", "completed", "failed", "interrupted")
 STEP_STATUSES = ("executed", "cached", "dry-run", "failed", "inherited")
 
@@ -111,7 +113,7 @@ class Run:
             steps=steps if steps is not None else [], created_at=row["created_at"],
             finished_at=row["finished_at"], summary=row["summary"] or "",
             step_count=int(row["step_count"] or 0), error=row["error"],
-            edit=json.loads(row["edit_json"]) if row["edit_json"] else {},
+            edit=serde.decode(row["edit_json"].encode("utf-8")) if row["edit_json"] else {},
             params=_merged_params(row["params_json"]),
             allow_side_effects=bool(row["allow_side_effects"]), graph_id=row["graph_id"],
             entrypoint=row["entrypoint"],

@@ -537,3 +537,32 @@ def test_a_blob_purged_after_a_cache_hit_is_stored_again(store_url):
     assert fork.step("polish").status == "cached"
     again = Rewind(store_url)  # no memory: reads the database
     assert again.get_run(fork.id).step("polish").outputs["report"] == run.step("polish").outputs["report"]
+
+
+def test_an_ancestors_edit_keeps_its_python_types(store_url):
+    import datetime
+
+    @action(reads=["when"], writes=["day"])
+    def weekday(state):
+        return state.update(day=state["when"].strftime("%A"))
+
+    @action(reads=["day"], writes=["line"])
+    def say(state):
+        return state.update(line=f"it is {state['day']}")
+
+    @action(reads=["name"], writes=["greeting"])
+    def greet(state):
+        return state.update(greeting=f"hello {state['name']}")
+
+    graph = (
+        GraphBuilder().with_actions(greet=greet, weekday=weekday, say=say)
+        .with_transitions(("greet", "weekday"), ("weekday", "say")).build()
+    )
+    rw = Rewind(store_url)
+    run = rw.run(Pipeline("days", graph, "greet"), {"name": "ann", "when": datetime.date(2026, 11, 29)})
+    f1 = rw.fork(run.id, at="weekday", edit={"when": datetime.date(2026, 11, 30)})
+    assert f1.edit == {"when": datetime.date(2026, 11, 30)}
+    assert f1.step("say").outputs["line"] == "it is Monday"
+    f2 = rw.fork(f1.id, at="greet")  # before f1's edit: the edit is replayed, as a date
+    assert f2.total_tokens == 0 and f2.step("weekday").status == "cached"
+    assert [s.output_hash for s in f2.steps] == [s.output_hash for s in f1.steps]
