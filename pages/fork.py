@@ -49,13 +49,18 @@ if pipeline is None:
         "runs cannot be replayed. Start the dashboard with REWIND_PIPELINES=package.module:attr."
     )
     st.stop()
-if not run.steps:
+# an interrupted run can also be forked at the node it never reached
+next_visit = core.next_visit(run) if run.status == "interrupted" else None
+if not run.steps and next_visit is None:
     st.warning("This run has no steps to fork from.")
     st.stop()
 
 # --- which node --------------------------------------------------------------------------------
 step_keys = [fmt.step_key(s.node, s.occurrence) for s in run.steps]
 by_key = dict(zip(step_keys, run.steps))
+if next_visit is not None:
+    step_keys.append(fmt.step_key(next_visit.node, next_visit.occurrence))
+    by_key[step_keys[-1]] = next_visit
 if st.session_state.get(core.FORK_NODE) not in by_key:
     # a bare node name (deep link, graph) means its first visit
     node_name, _ = fmt.parse_step_key(st.session_state.get(core.FORK_NODE))

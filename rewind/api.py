@@ -403,6 +403,33 @@ class Rewind:
             row = self.store.get_run_row(row["parent_id"]) if row["parent_id"] else None
         return edits
 
+    def next_node(self, run_id: str) -> Optional[dict]:
+        """For an interrupted run, the visit it never reached and could be forked at:
+        {"node", "occurrence", "state"} (the state Burr saved before it); None otherwise."""
+        row = self.store.get_run_row(str(run_id))
+        if row is None:
+            raise NotFound(f"no run {run_id!r} in {self.url}")
+        if row["status"] != "interrupted":
+            return None
+        pipeline = self.pipeline(row["pipeline"])
+        steps = steps_from_rows(self.store.get_node_rows(row["id"]), self.store, row["parent_id"])
+        loaded = self.store.persister().load(PARTITION_KEY, *self._fork_source(row, steps, len(steps)))
+        if loaded is None:
+            return None
+        state = loaded["state"]
+        if loaded["status"] == "completed":
+            nxt = pipeline.graph.get_next_node(loaded["position"], state, pipeline.entrypoint)
+            name = nxt.name if nxt is not None else None
+        else:  # a start state: Burr resumes at its position
+            name = loaded["position"]
+        if name is None:
+            return None
+        return {
+            "node": name,
+            "occurrence": sum(1 for s in steps if s.node == name) + 1,
+            "state": {k: v for k, v in state.get_all().items() if not k.startswith("__")},
+        }
+
     def resume(self, run_id: str, on_step: Optional[Callable[[Step], None]] = None) -> Run:
         """Continue an interrupted (or failed) run at its next node, through Burr."""
         row = self.store.get_run_row(str(run_id))

@@ -212,6 +212,25 @@ def lineage(run_id: str) -> dict:
     return _lineage(db_url(), version(), str(run_id))
 
 
+def next_visit(run: Any) -> Optional[Any]:
+    """The node an interrupted run never reached, as a not-yet-run Step the Fork page can
+    prefill from (its read fields from the state saved before it); None if there is none."""
+    try:
+        nxt = get_rw().next_node(run.id)
+    except rewind.RewindError:
+        return None
+    if nxt is None:
+        return None
+    pipeline = find_pipeline(run.pipeline)
+    reads = pipeline.reads(nxt["node"]) if pipeline is not None else []
+    return rewind.Step(
+        node=nxt["node"], status="not reached", input_hash=None, output_hash=None,
+        occurrence=nxt["occurrence"], params=pipeline.params(nxt["node"]) if pipeline else {},
+        reason="the run stopped before this node; a fork runs it from the state saved before it",
+        _inputs={k: nxt["state"][k] for k in reads if k in nxt["state"]}, _outputs={},
+    )
+
+
 @st.cache_resource(ttl=QUERY_TTL_S * 4, max_entries=64, show_spinner=False)
 def _graph(url: str, ver: int, run_id: str) -> tuple:
     rw = _handle(url)

@@ -566,3 +566,17 @@ def test_an_ancestors_edit_keeps_its_python_types(store_url):
     f2 = rw.fork(f1.id, at="greet")  # before f1's edit: the edit is replayed, as a date
     assert f2.total_tokens == 0 and f2.step("weekday").status == "cached"
     assert [s.output_hash for s in f2.steps] == [s.output_hash for s in f1.steps]
+
+
+def test_next_node_of_an_interrupted_run(store_url):
+    rw = Rewind(store_url)
+    run = rw.run(shapes.loop(), {"goal": "go"})
+    assert rw.next_node(run.id) is None  # completed: nothing left to reach
+    with rw.store.transaction():  # stopped after the second visit of `improve`
+        rw.store.execute("DELETE FROM nodes WHERE run_id = ? AND idx >= 3", (run.id,))
+        rw.store.update_run(run.id, status="interrupted")
+    nxt = rw.next_node(run.id)
+    assert (nxt["node"], nxt["occurrence"]) == ("improve", 3)
+    assert nxt["state"]["draft"] == "go++" and nxt["state"]["rounds"] == 2
+    fork = rw.fork(run.id, at="improve", occurrence=3)
+    assert fork.step("done").outputs["result"] == "go+++"

@@ -545,3 +545,23 @@ def test_formatting_helpers():
     assert fmt.step_key("critique", 2) == "critique#2"
     assert fmt.parse_step_key("critique#2") == ("critique", 2)
     assert fmt.parse_step_key("critique") == ("critique", 1)
+
+
+def test_an_interrupted_run_can_be_forked_at_the_node_it_never_reached(rw, db):
+    root = rw.run(PIPELINE, {"question": "Why do cats purr?"})
+    with rw.store.transaction():  # as if the process died after `analyse`
+        rw.store.execute("DELETE FROM nodes WHERE run_id = ? AND idx >= 2", (root.id,))
+        rw.store.update_run(root.id, status="interrupted")
+    at = ok(app(state={"fork_run": root.id, "fork_node": "critique#1"}).run())
+    at = goto(at, "fork")
+    key = f"fk:{root.id}:critique:edit:question"
+    question = [t for t in list(at.text_area) + list(at.text_input) if t.key == key]
+    assert question and question[0].value == "Why do cats purr?"  # prefilled from saved state
+    question[0].set_value("Why do lions roar?")
+    ok(at.run())
+    button(at, "Replay").click()
+    ok(at.run())
+    fork = rw.list_runs(limit=1)[0]
+    assert fork.parent_id == root.id and fork.fork_node == "critique" and fork.status == "completed"
+    full = rw.get_run(fork.id)
+    assert [s.status for s in full.steps] == ["inherited", "inherited", "executed", "dry-run"]
