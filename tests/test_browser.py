@@ -1,7 +1,7 @@
 """End to end in a real browser: `streamlit run app.py` on a temp database, driven by Playwright
 on Debian's chromium. Create the demo run from the UI, fork it at critique with an edit, open the
 diff and check the verdict; one screenshot per page (test-artifacts/screenshots/, and the Runs
-page also in docs/screenshots/runs.png for the README)."""
+page also in docs/screenshots/runs.png for the README when REWIND_UPDATE_SCREENSHOTS is set)."""
 
 from __future__ import annotations
 
@@ -215,8 +215,9 @@ def test_demo_run_fork_and_diff_in_a_browser(server, browser):
     settle(page, "Step critique")
     page.get_by_role("button", name=f"↑ {run.id}").wait_for()
     runs_png = shot(page, "runs")
-    DOCS_SHOT.parent.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(runs_png, DOCS_SHOT)
+    if os.environ.get("REWIND_UPDATE_SCREENSHOTS"):  # README's picture, refreshed on request
+        DOCS_SHOT.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(runs_png, DOCS_SHOT)
 
     # the edited question (with an <img onerror>) was shown as text everywhere, never as HTML
     assert not dialogs, f"text executed as script: {dialogs}"
