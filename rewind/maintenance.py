@@ -870,8 +870,8 @@ def import_run(rw, doc: Any) -> list:
                 row["error"] = row["error"] or "exported while running"
                 row["owner_host"] = row["owner_pid"] = row["owner_started"] = None
             store.insert_run({c: row[c] for c in RUN_COLUMNS})
-            for n in sorted(nodes_by_run.get(r["id"], []), key=lambda n: n["idx"]):
-                store.insert_node({c: n[c] for c in NODE_COLUMNS})
+            store.insert_nodes([{c: n[c] for c in NODE_COLUMNS}
+                                for n in sorted(nodes_by_run.get(r["id"], []), key=lambda n: n["idx"])])
         for s in v["states"]:
             exists = store.query(
                 f"SELECT 1 FROM {BURR_TABLE} WHERE partition_key = ? AND app_id = ? AND "

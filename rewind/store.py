@@ -269,7 +269,6 @@ class SQLStore(Store):
         self._all_connections: list = []
         self._lock = threading.Lock()
         self.live_contexts: dict = {}  # app_id -> execution context (field hashes of its state)
-        self._blob_cache: dict = {}
         # Blobs this process read and verified, oldest first, up to BLOB_MEMORY_BYTES: a
         # content-addressed value never changes, so a hot blob (a cached output that every
         # fork replays) is served from memory. Immutable values are kept decoded (shared
@@ -402,9 +401,6 @@ class SQLStore(Store):
         missing = []
         verified = self._verified
         for h in wanted:
-            if h in self._blob_cache:
-                out[h] = self._blob_cache[h]
-                continue
             hit = verified.get(h)
             if hit is None:
                 missing.append(h)
@@ -596,12 +592,6 @@ class SQLStore(Store):
             [[row.get(c) for c in NODE_COLUMNS] for row in rows],
         )
 
-    def insert_node(self, row: dict) -> None:
-        self.execute(
-            f"INSERT INTO nodes ({', '.join(NODE_COLUMNS)}) VALUES ({', '.join('?' * len(NODE_COLUMNS))})",
-            [row.get(c) for c in NODE_COLUMNS],
-        )
-
     def get_node_rows(self, run_id: str, parent_id: Any = False) -> list:
         """A run's step rows in order, inherited steps resolved (see `is_pointer`); pass the
         run's `parent_id` if known (saves a query when some of its rows are pointers)."""
@@ -720,15 +710,6 @@ class SQLStore(Store):
             [tuple(k) for k in keys],
         )
 
-    def cache_hit(self, node: str, input_hash: str) -> None:
-        self.execute(
-            "UPDATE cache SET hits = hits + 1 WHERE node = ? AND input_hash = ?", (node, input_hash)
-        )
-
-    def cache_delete(self, node: str, input_hash: str) -> None:
-        with self.transaction():
-            self.execute("DELETE FROM cache WHERE node = ? AND input_hash = ?", (node, input_hash))
-
     def cache_stats(self) -> dict:
         entries, hits, oldest = self.query("SELECT COUNT(*), COALESCE(SUM(hits), 0), MIN(cached_at) FROM cache")[0]
         tools, tool_hits = self.query("SELECT COUNT(*), COALESCE(SUM(hits), 0) FROM tool_cache")[0]
@@ -824,13 +805,6 @@ class SQLStore(Store):
             f"INSERT INTO {BURR_TABLE} (partition_key, app_id, sequence_id, position, "
             "state, status) VALUES (?, ?, ?, ?, ?, ?)",
             rows,
-        )
-
-    def insert_state_row(self, row: tuple) -> None:
-        self.execute(
-            f"INSERT INTO {BURR_TABLE} (partition_key, app_id, sequence_id, position, state, status) "
-            "VALUES (?, ?, ?, ?, ?, ?)",
-            row,
         )
 
     def state_snapshot(self, app_id: str, sequence_id: int) -> Optional[dict]:
@@ -931,7 +905,7 @@ class BlobRefPersisterMixin:
             return
         with store.transaction():
             store.put_blobs(blobs)
-            store.insert_state_row(row)
+            store.insert_state_rows([row])
 
     def load(self, partition_key, app_id, sequence_id=None, **kwargs):
         from burr.core import State
