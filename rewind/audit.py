@@ -193,6 +193,23 @@ def varying_fields(outcomes: list, writes: list) -> list:
 
 # --- the audit ----------------------------------------------------------------------------------
 
+class ProgressCounter:
+    """Counts samples done toward `total` for an `on_progress(done, total, node)` display; a
+    failing display never breaks the work it reports on."""
+
+    def __init__(self, on_progress: Optional[Callable[[int, int, str], None]], total: int):
+        self.on_progress, self.total, self.done = on_progress, total, 0
+
+    def advance(self, node: str, n: int = 1) -> None:
+        self.done += n
+        if self.on_progress is None:
+            return
+        try:
+            self.on_progress(self.done, self.total, node)
+        except Exception:
+            logger.exception("on_progress callback failed")
+
+
 def audit_run(rw: Any, run: Run, repeats: int = 3,
               on_progress: Optional[Callable[[int, int, str], None]] = None) -> AuditReport:
     """Re-execute every step of `run` `repeats` times on its recorded inputs; write nothing."""
@@ -202,41 +219,29 @@ def audit_run(rw: Any, run: Run, repeats: int = 3,
         raise InvalidRequest(f"repeats must be at most {MAX_REPEATS}, not {repeats}")
     pipeline = rw.pipeline(run.pipeline)
     steps = list(run.steps)
-    total = len(steps) * repeats
-    done = 0
-
-    def progress(node: str) -> None:
-        if on_progress is None:
-            return
-        try:
-            on_progress(done, total, node)
-        except Exception:  # a progress display must never break the audit
-            logger.exception("audit on_progress callback failed")
+    progress = ProgressCounter(on_progress, len(steps) * repeats)
 
     rows = []
     for step in steps:
         inner = pipeline.action(step.node)
         policy = policy_of(inner)
         writes = list(inner.writes)
+        skipped = None
         if policy.determinism == SIDE_EFFECT:
-            rows.append(AuditRow(step.node, step.occurrence, None, 1, [], "dry-run", 0))
-            done += repeats
-            progress(step.node)
-            continue
-        if any(k.startswith("input:") for k in step.field_hashes or {}):
-            rows.append(AuditRow(step.node, step.occurrence, None, 1, [], "unavailable", 0))
-            done += repeats
-            progress(step.node)
-            continue
-        try:
-            inputs = dict(step.inputs)
-            recorded = outcome_of(step, policy, writes)
-        except RewindError as e:
-            logger.warning("audit: step %s#%s of run %s unavailable: %s",
-                           step.node, step.occurrence, run.id, e)
-            rows.append(AuditRow(step.node, step.occurrence, None, 1, [], "unavailable", 0))
-            done += repeats
-            progress(step.node)
+            skipped = "dry-run"
+        elif any(k.startswith("input:") for k in step.field_hashes or {}):
+            skipped = "unavailable"  # ran on runtime inputs that were not recorded
+        else:
+            try:
+                inputs = dict(step.inputs)
+                recorded = outcome_of(step, policy, writes)
+            except RewindError as e:
+                logger.warning("audit: step %s#%s of run %s unavailable: %s",
+                               step.node, step.occurrence, run.id, e)
+                skipped = "unavailable"
+        if skipped:
+            rows.append(AuditRow(step.node, step.occurrence, None, 1, [], skipped, 0))
+            progress.advance(step.node, repeats)
             continue
 
         runner, params = bind_params(inner, step.params)
@@ -252,8 +257,7 @@ def audit_run(rw: Any, run: Run, repeats: int = 3,
         outcomes = [recorded]
         for _ in range(repeats):
             outcomes.append(sample_node(step.node, inner, runner, inputs))
-            done += 1
-            progress(step.node)
+            progress.advance(step.node)
         distinct = len({o.key for o in outcomes})
         rows.append(AuditRow(
             node=step.node, occurrence=step.occurrence, stable=distinct == 1,

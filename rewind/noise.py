@@ -44,7 +44,7 @@ import threading
 from typing import Any, Callable, Optional
 
 from .action import SIDE_EFFECT, policy_of
-from .audit import bind_params, input_hash_for, outcome_of, sample_node
+from .audit import ProgressCounter, bind_params, input_hash_for, outcome_of, sample_node
 from .errors import InvalidRequest, RewindError
 from .models import Run, TrajectoryDiff
 
@@ -337,15 +337,7 @@ def apply_noise_band(rw: Any, diff: TrajectoryDiff, run_a: Run, run_b: Run, samp
             continue
         todo.append((row, inner, sa, sb))
 
-    total, done = len(todo) * samples, 0
-
-    def progress(node: str) -> None:
-        if on_progress is None:
-            return
-        try:
-            on_progress(done, total, node)
-        except Exception:  # a progress display must never break the diff
-            logger.exception("noise band on_progress callback failed")
+    progress = ProgressCounter(on_progress, len(todo) * samples)
 
     for row, inner, sa, sb in todo:
         policy = policy_of(inner)
@@ -356,15 +348,13 @@ def apply_noise_band(rw: Any, diff: TrajectoryDiff, run_a: Run, run_b: Run, samp
             b = outcome_of(sb, policy, writes)
         except RewindError as e:
             row.noise, row.noise_detail = None, {"skipped": f"recorded values unavailable: {e}"}
-            done += samples
-            progress(row.node)
+            progress.advance(row.node, samples)
             continue
         runner, params = bind_params(inner, sa.params)
         baseline = []
         for _ in range(samples):
             baseline.append(sample_node(row.node, inner, runner, inputs))
-            done += 1
-            progress(row.node)
+            progress.advance(row.node)
         label, detail = _judge(a, b, baseline, writes, method, margin)
         try:
             input_hash, _ = input_hash_for(row.node, inner, inputs, params)
