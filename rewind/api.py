@@ -20,12 +20,12 @@ from . import serde
 from .action import SIDE_EFFECT
 from .engine import (
     ExecutionContext, Heartbeat, Pipeline, base_builder, execute, load_pipeline_spec,
-    new_run_id, normalize_overrides, owner_fields, step_from_row, steps_from_rows,
+    new_run_id, owner_fields, step_from_row, steps_from_rows,
     summarize_state,
 )
 from .errors import ForkError, InvalidRequest, NotFound, RewindError
 from .hashing import canonical_hash, canonical_json
-from .models import Run, Step, TrajectoryDiff
+from .models import Run, Step, TrajectoryDiff, normalize_overrides
 from .store import PARTITION_KEY, SQLStore, open_store, pointer_row
 
 _GLOBAL_PIPELINES: dict = {}

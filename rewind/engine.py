@@ -33,7 +33,7 @@ from .hashing import (
     sha256_hex, strip_ignored,
 )
 from .metering import StepMeter, metering
-from .models import Run, Step
+from .models import Run, Step, normalize_overrides, overrides_at
 from .store import (
     HOST, PARTITION_KEY, PID, RUN_COLUMNS, SQLStore, default_reason, row_state_app, make_doc, process_started, refs_json,
 )
@@ -348,30 +348,6 @@ class ExecutionContext:
 def _code_of(inner: Action) -> Any:
     fn = getattr(inner, "_originating_fn", None) or getattr(inner, "fn", None)
     return fn if fn is not None else type(inner)  # a class-based action: its class is its code
-
-
-def normalize_overrides(raw: Optional[dict]) -> dict:
-    """A run's param overrides as {node: [[from_occurrence, {param: value}], ...]}; a plain
-    {node: {param: value}} (as written before occurrences were recorded) starts at visit 1."""
-    out: dict = {}
-    for node, layers in (raw or {}).items():
-        out[node] = [[int(a), dict(b)] for a, b in layers] if isinstance(layers, list) else [[1, dict(layers)]]
-    return out
-
-
-def overrides_at(overrides: dict, node: str, occurrence: int) -> dict:
-    """The params a fork lineage set for this visit of `node`: a change made at visit k holds
-    from visit k on, so a no-edit fork of a fork replays it exactly."""
-    layers = overrides.get(node)
-    if not layers:
-        return {}
-    if isinstance(layers, dict):
-        layers = [[1, layers]]
-    merged: dict = {}
-    for start, params in sorted(layers, key=lambda layer: layer[0]):
-        if occurrence >= start:
-            merged.update(params)
-    return merged
 
 
 def _miss_reason(ctx: ExecutionContext, node: str, occurrence: int, field_hashes: dict,

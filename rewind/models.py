@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import sys
 from typing import Any, Optional
 
 from . import serde
@@ -120,19 +121,30 @@ class Run:
         )
 
 
-def _merged_params(params_json: Optional[str]) -> dict:
-    """{node: {param: value}} a run's lineage changed (each change holds from the visit it was
-    made at; the engine keeps that detail, this is the summary for display)."""
-    raw = json.loads(params_json) if params_json else {}
+def normalize_overrides(raw: Optional[dict]) -> dict:
+    """A run's param overrides as {node: [[from_occurrence, {param: value}], ...]}; a plain
+    {node: {param: value}} (as written before occurrences were recorded) starts at visit 1."""
     out: dict = {}
-    for node, layers in raw.items():
-        if isinstance(layers, dict):
-            layers = [[1, layers]]
-        merged: dict = {}
-        for _start, params in sorted(layers, key=lambda layer: layer[0]):
-            merged.update(params)
-        out[node] = merged
+    for node, layers in (raw or {}).items():
+        out[node] = [[int(a), dict(b)] for a, b in layers] if isinstance(layers, list) else [[1, dict(layers)]]
     return out
+
+
+def overrides_at(overrides: dict, node: str, occurrence: int) -> dict:
+    """The params a fork lineage set for this visit of `node`: a change made at visit k holds
+    from visit k on, so a no-edit fork of a fork replays it exactly."""
+    merged: dict = {}
+    for start, params in sorted(overrides.get(node) or [], key=lambda layer: layer[0]):
+        if occurrence >= start:
+            merged.update(params)
+    return merged
+
+
+def _merged_params(params_json: Optional[str]) -> dict:
+    """{node: {param: value}} a run's lineage changed, for display (the engine applies each
+    change from the visit it was made at)."""
+    layered = normalize_overrides(json.loads(params_json) if params_json else {})
+    return {node: overrides_at(layered, node, sys.maxsize) for node in layered}
 
 
 @dataclasses.dataclass

@@ -37,7 +37,6 @@ from __future__ import annotations
 import difflib
 import importlib.util
 import json
-import logging
 import os
 import re
 import threading
@@ -48,7 +47,6 @@ from .audit import ProgressCounter, bind_params, input_hash_for, outcome_of, sam
 from .errors import InvalidRequest, RewindError
 from .models import Run, TrajectoryDiff
 
-logger = logging.getLogger("rewind")
 
 DIFFLIB = "difflib"
 EMBEDDING = "embedding"
