@@ -79,24 +79,35 @@ def parse_assignments(flag: str, items: Optional[Sequence[str]]) -> dict:
     return out
 
 
+def _read_file(path: str, where: str) -> str:
+    """The text of a file (`-`: standard input); a CliError naming `where` otherwise."""
+    try:
+        if path == "-":
+            return sys.stdin.read()
+        with open(path, encoding="utf-8") as f:
+            return f.read()
+    except OSError as e:
+        raise CliError(f"{where}: cannot read the file ({e.strerror or e})") from None
+
+
+def _json_object(text: str, where: str, hint: str) -> dict:
+    """Parse a JSON object; a CliError naming `where`, the problem and `hint` otherwise."""
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise CliError(f"{where}: invalid JSON ({e.msg} at line {e.lineno} column {e.colno}); "
+                       f"{hint}") from None
+    if not isinstance(value, dict):
+        raise CliError(f"{where}: expected a JSON object, got {type(value).__name__}; {hint}")
+    return value
+
+
 def parse_state(text: Optional[str]) -> Optional[dict]:
     if text is None:
         return None
     if text.startswith("@"):
-        path = text[1:]
-        try:
-            with open(path, encoding="utf-8") as f:
-                text = f.read()
-        except OSError as e:
-            raise CliError(f"--state @{path}: cannot read the file ({e.strerror or e})") from None
-    try:
-        value = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise CliError(f"--state: invalid JSON ({e.msg} at line {e.lineno} column {e.colno}); "
-                       "pass an object like --state '{\"question\": \"...\"}'") from None
-    if not isinstance(value, dict):
-        raise CliError(f"--state: expected a JSON object, got {type(value).__name__}")
-    return value
+        text = _read_file(text[1:], f"--state {text}")
+    return _json_object(text, "--state", "pass an object like --state '{\"question\": \"...\"}'")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -540,21 +551,9 @@ def cmd_export(args, out) -> int:
 
 
 def cmd_import(args, out) -> int:
-    try:
-        if args.file == "-":
-            text = sys.stdin.read()
-        else:
-            with open(args.file, encoding="utf-8") as f:
-                text = f.read()
-    except OSError as e:
-        raise CliError(f"import {args.file}: cannot read the file ({e.strerror or e})") from None
-    try:
-        doc = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise CliError(f"import {args.file}: invalid JSON ({e.msg} at line {e.lineno} "
-                       f"column {e.colno}); pass a file written by `{PROG} export`") from None
-    if not isinstance(doc, dict):
-        raise CliError(f"import {args.file}: expected a JSON object from `{PROG} export`")
+    where = f"import {args.file}"
+    doc = _json_object(_read_file(args.file, where), where,
+                       f"pass a file written by `{PROG} export`")
     with _open(args) as rw:
         ids = rw.import_run(doc)
     ids = list(ids or [])
