@@ -4,6 +4,12 @@
 class RewindError(Exception):
     """Base class: a request Rewind refused or could not carry out; the message says what to do."""
 
+    exit_code = 1
+
+    def __init__(self, message: str = "", *, run_id=None, node=None, field=None):
+        super().__init__(message)
+        self.run_id, self.node, self.field = run_id, node, field
+
 
 class NotFound(RewindError):
     """Raised when a run, node, pipeline or blob that was asked for does not exist."""

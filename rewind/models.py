@@ -3,14 +3,36 @@
 from __future__ import annotations
 
 import dataclasses
+import enum
 import json
 import sys
 from typing import Any, Optional
 
 from . import serde
 
-RUN_STATUSES = ("running", "completed", "failed", "interrupted")
-STEP_STATUSES = ("executed", "cached", "dry-run", "failed", "inherited")
+
+class RunStatus(enum.StrEnum):
+    """Where a run stands; a `str`, so it compares equal to (and stores as) its value."""
+
+    RUNNING = "running"
+    COMPLETED = "completed"
+    HALTED = "halted"          # stopped at a halt_before/halt_after condition; resumable
+    FAILED = "failed"
+    INTERRUPTED = "interrupted"
+
+
+class StepStatus(enum.StrEnum):
+    """How a step got its outputs."""
+
+    EXECUTED = "executed"
+    CACHED = "cached"
+    DRY_RUN = "dry-run"
+    FAILED = "failed"
+    INHERITED = "inherited"
+
+
+RUN_STATUSES = tuple(s.value for s in RunStatus)
+STEP_STATUSES = tuple(s.value for s in StepStatus)
 
 
 @dataclasses.dataclass
@@ -37,6 +59,8 @@ class Step:
     started_at: Optional[float] = None
     input_refs: dict = dataclasses.field(default_factory=dict, repr=False)
     output_refs: dict = dataclasses.field(default_factory=dict, repr=False)
+    # Burr runtime inputs the step ran with ({name: blob hash}); a fork replays them
+    runtime_refs: dict = dataclasses.field(default_factory=dict, repr=False)
     _loader: Any = dataclasses.field(default=None, repr=False, compare=False)
     _inputs: Optional[dict] = dataclasses.field(default=None, repr=False, compare=False)
     _outputs: Optional[dict] = dataclasses.field(default=None, repr=False, compare=False)
@@ -54,6 +78,18 @@ class Step:
         if self._outputs is None:
             self._outputs = self._loader(self.output_refs) if self._loader else {}
         return self._outputs
+
+    @property
+    def runtime_inputs(self) -> dict:
+        """The Burr runtime inputs (`inputs=`) the step ran with, loaded on access."""
+        return self._loader(self.runtime_refs) if (self._loader and self.runtime_refs) else {}
+
+    def __post_init__(self):
+        if isinstance(self.status, str) and not isinstance(self.status, StepStatus):
+            try:
+                self.status = StepStatus(self.status)
+            except ValueError:
+                pass  # a status this version does not know is shown as stored
 
     def to_dict(self, values: bool = True) -> dict:
         d = {
@@ -107,7 +143,7 @@ class Run:
     @classmethod
     def from_row(cls, row: dict, steps: Optional[list] = None) -> "Run":
         return cls(
-            id=row["id"], pipeline=row["pipeline"], status=row["status"],
+            id=row["id"], pipeline=row["pipeline"], status=RunStatus(row["status"]),
             parent_id=row["parent_id"], fork_node=row["fork_node"],
             fork_occurrence=row["fork_occurrence"], total_tokens=int(row["total_tokens"] or 0),
             tokens_saved=int(row["tokens_saved"] or 0), latency_ms=float(row["latency_ms"] or 0),

@@ -585,6 +585,10 @@ class SQLStore(Store):
         return [dict(zip(RUN_COLUMNS, r)) for r in rows]
 
     # steps ---------------------------------------------------------------------------------
+    def delete_failed_steps(self, run_id: str) -> None:
+        """Drop a run's failed step rows (resume retries the step)."""
+        self.execute("DELETE FROM nodes WHERE run_id = ? AND status = 'failed'", (run_id,))
+
     def insert_nodes(self, rows: list) -> None:
         self.executemany(
             f"INSERT INTO nodes ({', '.join(NODE_COLUMNS)}) VALUES "

@@ -17,9 +17,9 @@ from burr.core.graph import GraphBuilder
 
 import rewind
 from rewind import Pipeline, Rewind, action
-from rewind import noise as noise_mod
+from rewind.analysis import noise as noise_mod
 from rewind.action import policy_of
-from rewind.audit import output_hash_of
+from rewind.analysis.audit import output_hash_of
 from rewind.errors import InvalidRequest
 
 # --- the "leaky" pipeline ---------------------------------------------------------------------
@@ -440,7 +440,7 @@ def test_noise_band_on_leaky_nodes_and_skips(rw):
 
 def test_noise_band_text_rule_and_methods():
     # _judge on hand-made outcomes: the rule is B's similarity vs min(baseline) - margin
-    from rewind.audit import Outcome
+    from rewind.analysis.audit import Outcome
 
     def out(text):
         return Outcome(key=rewind.canonical_hash({"t": text}), field_hashes={"t": rewind.canonical_hash(text)},

@@ -27,49 +27,22 @@ The sampling helpers (`sample_node`, `outcome_of`, `output_hash_of`) are shared 
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import logging
 from typing import Any, Callable, Optional
 
-from burr.core import State
-
-from .action import SIDE_EFFECT, node_params, policy_of
-from .engine import _ReadGuard
-from .errors import InvalidRequest, RewindError
-from .hashing import (
-    canonical_hash, canonical_parts, code_fingerprint, combine, join_parts, sha256_hex,
-    strip_ignored,
-)
-from .metering import StepMeter, metering
-from .models import AuditReport, AuditRow, Run, Step
+from ..action import SIDE_EFFECT, policy_of
+from ..engine.keys import NodeSpec, node_spec, recorded_overrides
+from ..engine.node import execute_node
+from ..errors import InvalidRequest, RewindError
+from ..metering import StepMeter
+from ..models import AuditReport, AuditRow, Run, Step
 
 logger = logging.getLogger("rewind")
 
 MAX_REPEATS = 1000
 ERROR_FIELD_HASH = "<error>"   # prefix of the per-field "hash" of each write of a failed attempt
 MISSING_FIELD_HASH = "<missing>"
-
-
-# --- hashing, exactly as the engine does --------------------------------------------------------
-
-def output_hash_of(outputs: dict, policy: Any, node: str = "") -> str:
-    """The output hash the engine records for these written fields under this policy."""
-    if policy.ignore:
-        stripped = {k: v for k, v in outputs.items() if k not in policy.ignore}
-        return canonical_hash(strip_ignored(stripped, policy.ignore))
-    return sha256_hex(join_parts(canonical_parts(outputs, node)))
-
-
-def output_field_hashes(outputs: dict, policy: Any) -> dict:
-    """Per-field hashes consistent with `output_hash_of`: ignored fields (top level) are left
-    out and ignored sub-keys stripped, so a field varies here iff the output hash varies."""
-    if policy.ignore:
-        stripped = {k: v for k, v in outputs.items() if k not in policy.ignore}
-        stripped = strip_ignored(stripped, policy.ignore)
-    else:
-        stripped = dict(outputs)
-    return {k: canonical_hash(v, k) for k, v in stripped.items() if not k.startswith("__")}
 
 
 @dataclasses.dataclass
@@ -94,84 +67,60 @@ def _failure(error: str, writes: list, tokens: int = 0) -> Outcome:
     )
 
 
+def _output_spec(policy: Any, node: str) -> NodeSpec:
+    return NodeSpec(node, None, policy, {}, None, "", {}, "{}", {})
+
+
+def output_hash_of(outputs: dict, policy: Any, node: str = "") -> str:
+    """The output hash the engine records for these written fields under this policy."""
+    return _output_spec(policy, node).output_hash(outputs)
+
+
 def outcome_of(step: Step, policy: Any, writes: list) -> Outcome:
     """The recorded outcome of a step (its output hash, or its error)."""
     if step.status == "failed" or (step.output_hash is None and step.error):
         return _failure(step.error or "failed", writes)
     outputs = step.outputs
-    return Outcome(
-        key=step.output_hash or output_hash_of(outputs, policy, step.node),
-        field_hashes=output_field_hashes(outputs, policy), outputs=outputs,
-    )
+    spec = _output_spec(policy, step.node)
+    return Outcome(key=step.output_hash or spec.output_hash(outputs),
+                   field_hashes=spec.output_field_hashes(outputs), outputs=outputs)
 
 
-# --- executing one node outside the engine ----------------------------------------------------
+# --- executing one node outside the engine, through the engine's own key and execution ------
 
-def _fn_of(inner: Any) -> Callable:
-    fn = getattr(inner, "_originating_fn", None) or getattr(inner, "fn", None)
-    return fn if fn is not None else type(inner)  # a class-based action: its class source
-
-
-def bind_params(inner: Any, params: dict) -> tuple:
-    """(runner, effective params): `inner` bound with the recorded params that differ from its
-    defaults (canonically), as the engine binds a fork's overrides with `with_params`."""
-    defaults = node_params(inner)
-    overrides = {}
-    for k, v in (params or {}).items():
-        if k in defaults:
-            try:
-                if canonical_hash(defaults[k]) == canonical_hash(v):
-                    continue
-            except RewindError:
-                pass
-        overrides[k] = v
-    effective = {**defaults, **overrides}
-    runner = inner.with_params(**overrides) if overrides else inner
-    return runner, effective
+def sample_spec(node: str, inner: Any, params: dict) -> NodeSpec:
+    """The node's spec with a step's recorded params re-applied, as the engine binds a fork's."""
+    return node_spec(node, inner, recorded_overrides(inner, params))
 
 
-def input_hash_for(node: str, inner: Any, read_values: dict, params: dict) -> tuple:
-    """(input_hash, code fingerprint) the engine would compute for these reads and params."""
-    policy = policy_of(inner)
-    code = code_fingerprint(_fn_of(inner), policy.version)
-    read_hashes = {}
-    for k, v in read_values.items():
-        if policy.ignore:
-            if k in policy.ignore:
-                continue
-            v = strip_ignored(v, [n.split(".", 1)[1] if n.startswith(k + ".") else n for n in policy.ignore])
-        read_hashes[f"read:{k}"] = canonical_hash(v, k)
-    param_hashes = {f"param:{k}": canonical_hash(v, f"{node}.{k}") for k, v in params.items()}
-    fields = {"code": code, **read_hashes, **param_hashes}
-    return combine({"node": node, "fields": fields}), code
+def recomputed_input_hash(spec: NodeSpec, readable: dict, runtime: Optional[dict] = None) -> tuple:
+    """(input_hash, code fingerprint) the engine would compute for these recorded values."""
+    fields = spec.field_hashes(readable, None, runtime)
+    return spec.input_hash(fields), fields["code"]
 
 
-def sample_node(node: str, inner: Any, runner: Any, inputs: dict) -> Outcome:
-    """Execute the node once on a private copy of `inputs`, with no node cache and no tool
-    cache, through the same `_ReadGuard` the engine uses. Never raises for a node failure."""
-    policy = policy_of(inner)
-    reads, writes = list(inner.reads), list(inner.writes)
-    values = copy.deepcopy(inputs)  # a node mutating a nested input must not leak into the next sample
-    guard = _ReadGuard(values, node, reads, values.keys())
-    meter = StepMeter(node=node, tool_store=None)
+def runtime_recorded(step: Step, inner: Any) -> bool:
+    """Whether a step can be executed again: every runtime input it took was recorded and it
+    needs nothing only a live Burr application has (`__context`, `__tracer`)."""
+    required, optional = getattr(inner, "optional_and_required_inputs", (set(), set()))
+    if any(str(k).startswith("__") for k in set(required) | set(optional)):
+        return False
+    took = {k.split(":", 1)[1] for k in (step.field_hashes or {}) if k.startswith("input:")}
+    return took <= set(step.runtime_refs or {})
+
+
+def sample_node(spec: NodeSpec, readable: dict, runtime: Optional[dict] = None) -> Outcome:
+    """Execute the node once on a private copy of its recorded values, with no node cache and
+    no tool cache, as the engine executes it. Never raises for a node failure."""
+    meter = StepMeter(node=spec.node, tool_store=None)
     try:
-        with metering(meter):
-            if getattr(runner, "single_step", False):
-                out = runner.run_and_update(guard)
-            else:  # a class-based Burr action: run, then its reducer (as the engine does)
-                out = runner.update(runner.run(guard), guard)
-        new_state = out[1] if isinstance(out, tuple) and len(out) == 2 else out
-        if not isinstance(new_state, State):
-            raise RewindError(
-                f"node {node!r} returned {type(new_state).__name__}; return a burr State "
-                "(state.update(...)) or (result, state)"
-            )
-        outputs = {w: new_state[w] for w in writes if w in new_state}
-        key = output_hash_of(outputs, policy, node)
-        fields = output_field_hashes(outputs, policy)
+        done = execute_node(spec.node, spec.runner, readable, spec.reads, spec.writes,
+                            runtime, meter=meter)
+        key = spec.output_hash(done.outputs)
+        fields = spec.output_field_hashes(done.outputs)
     except Exception as e:  # a failed attempt is an outcome, counted with its error
-        return _failure(f"{type(e).__name__}: {e}", writes, meter.tokens)
-    return Outcome(key=key, field_hashes=fields, outputs=outputs, tokens=meter.tokens)
+        return _failure(f"{type(e).__name__}: {e}", spec.writes, meter.tokens)
+    return Outcome(key=key, field_hashes=fields, outputs=done.outputs, tokens=meter.tokens)
 
 
 def varying_fields(outcomes: list, writes: list) -> list:
@@ -229,7 +178,7 @@ def audit_run(rw: Any, run: Run, repeats: int = 3,
         skipped = None
         if policy.determinism == SIDE_EFFECT:
             skipped = "dry-run"
-        elif any(k.startswith("input:") for k in step.field_hashes or {}):
+        elif not runtime_recorded(step, inner):
             skipped = "unavailable"  # ran on runtime inputs that were not recorded
         else:
             try:
@@ -244,10 +193,11 @@ def audit_run(rw: Any, run: Run, repeats: int = 3,
             progress.advance(step.node, repeats)
             continue
 
-        runner, params = bind_params(inner, step.params)
+        spec = sample_spec(step.node, inner, step.params)
+        runtime = step.runtime_inputs
         status = "audited"
         try:
-            input_hash, code = input_hash_for(step.node, inner, inputs, params)
+            input_hash, code = recomputed_input_hash(spec, inputs, runtime)
         except RewindError:
             input_hash, code = None, None
         if step.input_hash and input_hash != step.input_hash:
@@ -256,7 +206,7 @@ def audit_run(rw: Any, run: Run, repeats: int = 3,
 
         outcomes = [recorded]
         for _ in range(repeats):
-            outcomes.append(sample_node(step.node, inner, runner, inputs))
+            outcomes.append(sample_node(spec, inputs, runtime))
             progress.advance(step.node)
         distinct = len({o.key for o in outcomes})
         rows.append(AuditRow(

@@ -7,7 +7,7 @@ import difflib
 import json
 from typing import Any
 
-from .models import DiffRow, Run, TrajectoryDiff
+from ..models import DiffRow, Run, TrajectoryDiff
 
 MAX_DIFF_LINES = 400
 

@@ -1,0 +1,43 @@
+"""Every use of Burr internals, in one place, each pinned by tests/test_burr_compat.py.
+
+Burr (0.43) has no public API for these; a Burr upgrade that changes one fails those tests
+loudly instead of silently changing what Rewind records.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+from burr.core import application as _app
+from burr.core.application import PRIOR_STEP, SEQUENCE_ID  # noqa: F401  (re-exported)
+
+
+def set_sequence_id(app: Any, sequence_id: int) -> None:
+    """Make Burr number the next step `sequence_id + 1` (resume continues after the last
+    saved state, including a failed attempt's)."""
+    app._set_sequence_id(int(sequence_id))  # noqa: SLF001 (Burr has no public setter)
+
+
+def adjust_single_step_output(output: Any, action: Any) -> tuple:
+    """(result, state) from what a single-step action returned, validated as Burr does."""
+    return _app._adjust_single_step_output(output, action.name, getattr(action, "schema", None))
+
+
+def remap_dunder_inputs(action: Any, inputs: dict) -> dict:
+    """Burr's own remapping of `__context`/`__tracer` onto a class action's mangled `run` params."""
+    if "__context" in inputs or "__tracer" in inputs:
+        return _app._remap_dunder_parameters(action.run, inputs, ["__context", "__tracer"])
+    return inputs
+
+
+def expand_halts(graph: Any, names: Optional[list]) -> set:
+    """Action names a halt list means: plain names, and `@tag:x` as every action tagged x."""
+    out = set()
+    for item in names or []:
+        item = str(item)
+        if item.startswith("@tag:"):
+            tag = item[len("@tag:"):]
+            out.update(a.name for a in graph.actions if tag in (getattr(a, "tags", None) or []))
+        else:
+            out.add(item)
+    return out

@@ -1,0 +1,258 @@
+"""The state of one run, fork or resume while Burr drives it: what is known, what is pending.
+
+`ExecutionContext` holds the per-field hashes of the live state, the write buffer (blobs, step
+rows, state rows, cache entries, hit counts, alarms) and when to commit it. The buffer is only
+cleared once its commit succeeded: a failed commit leaves everything queued for the next try,
+so no committed row can point at a blob that was never written.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextvars
+import dataclasses
+import json
+import logging
+import time
+from typing import Any, Callable, Optional
+
+from .. import serde
+from ..hashing import canonical_parts, is_internal_key, sha256_hex
+from ..models import Step, StepStatus, normalize_overrides, overrides_at
+from .keys import NodeSpec, node_spec
+
+logger = logging.getLogger("rewind")
+
+# The execution Burr is driving in this thread: the wrapped graph of a pipeline is built once
+# and shared, so its actions look their execution up here.
+CURRENT: contextvars.ContextVar = contextvars.ContextVar("rewind_execution", default=None)
+
+
+@dataclasses.dataclass
+class StepRecord:
+    """What the replay wrapper learned about one visit, for the recorder to turn into a row."""
+
+    node: str
+    occurrence: int
+    started_at: float
+    input_hash: Optional[str] = None
+    field_hashes: dict = dataclasses.field(default_factory=dict)
+    params_doc: dict = dataclasses.field(default_factory=dict)
+    params_json: str = "{}"
+    inputs: dict = dataclasses.field(default_factory=dict)      # read field -> blob hash
+    runtime: dict = dataclasses.field(default_factory=dict)     # runtime input -> blob hash
+    status: str = StepStatus.EXECUTED
+    reason: str = ""
+    error: Optional[str] = None
+    outputs: Optional[dict] = None                              # written field -> blob hash
+    output_hash: Optional[str] = None
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    tokens_saved: int = 0
+    source_run: Optional[str] = None
+    latency_ms: float = 0.0
+    side_effect: bool = False
+    cache_row: Optional[dict] = None
+    readable: dict = dataclasses.field(default_factory=dict, repr=False)  # values, not stored
+    integrity_note: Optional[str] = None   # why a cache entry was unusable
+
+    def fail(self, error: str) -> None:
+        self.status, self.error = StepStatus.FAILED, error
+        self.outputs, self.output_hash, self.cache_row = {}, None, None
+
+
+class ExecutionContext:
+    """Everything one run, fork or resume needs while Burr drives it."""
+
+    def __init__(
+        self,
+        store: Any,
+        run_id: str,
+        pipeline: Any,
+        use_cache: bool = True,
+        dry_run_side_effects: bool = False,
+        allow_side_effects: bool = False,
+        param_overrides: Optional[dict] = None,
+        parent_steps: Optional[dict] = None,
+        parent_id: Optional[str] = None,
+        prior_steps: Optional[list] = None,
+        on_step: Optional[Callable[[Step], None]] = None,
+        inputs: Optional[dict] = None,
+    ):
+        self.store = store
+        self.run_id = run_id
+        self.pipeline = pipeline
+        self.use_cache = use_cache
+        self.dry_run_side_effects = dry_run_side_effects
+        self.allow_side_effects = allow_side_effects
+        self.param_overrides = normalize_overrides(param_overrides)
+        self.inputs = dict(inputs or {})          # runtime inputs for every step (run, resume)
+        self.replay_inputs: dict = {}             # (node, occurrence) -> recorded inputs (fork)
+        # edits made by ancestor forks at visits this execution has yet to reach
+        self.replay_edits: dict = {}
+        self.parent_steps = parent_steps or {}
+        self.parent_id = parent_id
+        self.steps: list = list(prior_steps or [])
+        self.occurrences = collections.Counter(s.node for s in self.steps)
+        self.on_step = on_step
+        self.state_hashes: dict = {}
+        self.new_blobs: dict = {}
+        self.pending_rows: list = []
+        self.pending_cache: list = []
+        self.pending_alarms: list = []
+        self.pending_hits: list = []
+        self.pending_states: list = []
+        self.unreported: list = []
+        self.served: dict = {}  # blob hash -> value served from storage (see flush_pending)
+        self.cache_prefetch: dict = {}  # (node, input_hash) -> cache entry read ahead by a fork
+        self.pending_run: Optional[dict] = None  # a fork's run row, written with its first commit
+        self.run_row: Optional[dict] = None  # the run row as written, to return the Run from
+        self._last_commit = time.monotonic()
+        self._heartbeat_written = time.time()  # the run row is inserted with heartbeat_at = now
+        self.current: Optional[StepRecord] = None
+        self.last_error: Optional[str] = None
+        self._specs: dict = {}
+
+    # state hashes ----------------------------------------------------------------------------
+    def absorb(self, values: dict) -> None:
+        """Hash and queue blobs for values entering the state from outside a step."""
+        parts = canonical_parts(values)
+        for k, part in parts.items():
+            h = sha256_hex(part)
+            self.state_hashes[k] = h
+            self.new_blobs[h] = serde.encode(values[k], k)
+
+    def refs_of(self, values: dict) -> dict:
+        """{field: blob hash} of values in the live state, hashing the ones not seen yet."""
+        unknown = {k: v for k, v in values.items()
+                   if not is_internal_key(k) and k not in self.state_hashes}
+        if unknown:
+            self.absorb(unknown)
+        return {k: self.state_hashes[k] for k in values if not is_internal_key(k)}
+
+    state_refs = refs_of  # the persister's name for it
+
+    def blob_refs(self, values: dict, path: str) -> dict:
+        """{name: blob hash} of runtime inputs, queued as blobs. An input with no stored form
+        (a client object) is keyed by `param_hash` but not stored: a fork must be given it."""
+        refs = {}
+        for k, v in values.items():
+            try:
+                part = canonical_parts({k: v}, path)[k]
+                data = serde.encode(v, k)
+            except Exception:
+                continue
+            h = sha256_hex(part)
+            refs[k] = h
+            self.new_blobs.setdefault(h, data)
+        return refs
+
+    def take_new_blobs(self) -> dict:
+        blobs, self.new_blobs = self.new_blobs, {}
+        return blobs
+
+    # runtime inputs --------------------------------------------------------------------------
+    def inputs_for(self, node: str, occurrence: int) -> dict:
+        """The runtime inputs to give Burr for this visit: a fork's recorded ones, else the
+        run's."""
+        recorded = self.replay_inputs.get((node, occurrence))
+        return dict(recorded) if recorded is not None else dict(self.inputs)
+
+    # the write buffer ------------------------------------------------------------------------
+    def flush_pending(self, store: Any) -> None:
+        """Write queued rows inside the caller's transaction. The queues are emptied only by
+        `_clear_pending`, after the commit, so a failed commit loses nothing."""
+        if self.pending_run is not None:
+            store.insert_run(self.pending_run)
+        if self.new_blobs:
+            store.put_blobs(self.new_blobs)
+        if self.served:
+            # A blob read before this transaction (a cache hit, often from memory) may have been
+            # purged by a concurrent gc since: store it again so no row points at nothing.
+            present = store.existing_blobs(list(self.served))
+            missing = {h: serde.encode(v, "value") for h, v in self.served.items() if h not in present}
+            if missing:
+                store.put_blobs(missing)
+        if self.pending_rows:
+            store.insert_nodes([{k: v for k, v in r.items() if not k.startswith("_")}
+                                for r in self.pending_rows])
+        for row in self.pending_cache:
+            store.cache_put({k: v for k, v in row.items() if not k.startswith("_")},
+                            keep_existing=row.get("_keep_existing", False))
+        if self.pending_hits:
+            store.cache_hits(self.pending_hits)
+        for alarm in self.pending_alarms:
+            store.add_alarm(*alarm)
+        if self.pending_states:
+            store.insert_state_rows(self.pending_states)
+        now = time.time()
+        if self.pending_rows and now - self._heartbeat_written >= 5.0:
+            store.update_run(self.run_id, heartbeat_at=now)
+            self._heartbeat_written = now
+
+    def _clear_pending(self) -> None:
+        self.pending_run = None
+        self.new_blobs, self.served = {}, {}
+        self.pending_rows, self.pending_cache, self.pending_alarms, self.pending_hits = [], [], [], []
+        self.pending_states = []
+        self._last_commit = time.monotonic()
+
+    def commit(self, extra: Optional[Callable[[Any], None]] = None) -> None:
+        """Commit `extra(store)` and the buffer in one transaction, then report."""
+        with self.store.transaction():
+            if extra is not None:
+                extra(self.store)
+            self.flush_pending(self.store)
+        self._clear_pending()
+        self.report_committed()
+
+    def report_committed(self) -> None:
+        """Tell on_step about steps now durable: nothing reported done is lost in a crash."""
+        steps, self.unreported = self.unreported, []
+        if self.on_step is None:
+            return
+        for step in steps:
+            try:
+                self.on_step(step)
+            except Exception:  # progress display must never break a run
+                logger.exception("on_step callback failed")
+
+    def note_served(self, refs: dict, values: dict) -> None:
+        """Remember values served from storage that rows of this execution will refer to."""
+        for field, h in refs.items():
+            if field in values:
+                self.served[h] = values[field]
+
+    def must_commit(self) -> bool:
+        """Commit now after work that cost something (a step that spent tokens or took 20 ms,
+        a failure) or 100 ms after the last commit; let cached, dry-run and cheap executed
+        steps ride along with the next commit or the end of the run."""
+        if len(self.pending_states) >= 64:
+            return True
+        if time.monotonic() - self._last_commit >= 0.1:
+            return True
+        return any(
+            r["status"] == StepStatus.FAILED or r.get("_durable") or (
+                r["status"] == StepStatus.EXECUTED and (r["tokens"] or (r["latency_ms"] or 0) >= 20))
+            for r in self.pending_rows
+        )
+
+    # node specs ------------------------------------------------------------------------------
+    def spec(self, node: str, inner: Any, occurrence: int = 1) -> NodeSpec:
+        """The node's spec for this visit, with the lineage's param overrides applied."""
+        overrides = overrides_at(self.param_overrides, node, occurrence)
+        key = (node, json.dumps(overrides, sort_keys=True, default=repr)) if overrides else node
+        got = self._specs.get(key)
+        if got is not None:
+            return got
+        pipeline_action = self.pipeline.actions.get(node) is inner
+        if pipeline_action and not overrides:
+            got = self.pipeline.spec(node).refresh_code()  # built once per pipeline
+        else:
+            defaults = self.pipeline.params(node) if pipeline_action else None
+            got = node_spec(node, inner, overrides, defaults)
+        self._specs[key] = got
+        return got
+
+    def parent_step(self, node: str, occurrence: int) -> Optional[Step]:
+        return self.parent_steps.get((node, occurrence))

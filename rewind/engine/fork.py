@@ -1,0 +1,238 @@
+"""Forking a stored run at a node visit, and finding where a stopped run could go on.
+
+Burr does the forking (`initialize_from(..., fork_from_sequence_id=...)`); this module picks the
+saved state just before the visit, carries the lineage's param changes and edits forward, feeds
+later steps the runtime inputs recorded for them, and checks that Burr really attached the fork
+and would resume at the requested node before anything is written.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+from typing import Any, Callable, Optional
+
+from .. import serde
+from ..errors import ForkError, InvalidRequest, NotFound
+from ..hashing import canonical_json
+from ..models import Run, RunStatus, StepStatus, normalize_overrides
+from ..store import PARTITION_KEY, pointer_row
+from .context import ExecutionContext
+from .liveness import Heartbeat, owner_fields
+from .recorder import steps_from_rows
+from .runner import Halts, base_builder, execute, new_run_id, save_start_state
+
+
+def load_steps(store: Any, row: dict) -> list:
+    return steps_from_rows(store.get_node_rows(row["id"], row["parent_id"]), store, row["parent_id"])
+
+
+def fork_source(store: Any, run_row: dict, steps: list, index: int) -> tuple:
+    """(app_id, sequence_id) of the saved state just before step `index` of a run."""
+    fork_index = int(run_row.get("fork_index") or 0)
+    if index == fork_index:
+        start = (run_row["id"], int(run_row["start_seq"] if run_row["start_seq"] is not None else -1))
+        if index == 0 or run_row.get("edit_json") or store.has_state(*start):
+            return start
+        # a fork that saved no start state: it started from the state after step index-1,
+        # which its inherited row index-1 points at
+    if index < fork_index:
+        # An inherited step: the parent's trajectory up to here is this run's, and so is the
+        # state before it, including an edit an ancestor made at exactly this node.
+        parent = store.get_run_row(run_row["parent_id"]) if run_row["parent_id"] else None
+        if parent is not None:
+            return fork_source(store, parent, load_steps(store, parent), index)
+        if index == 0:
+            raise NotFound(f"run {run_row['id']}'s ancestors were purged; fork it at a later node",
+                           run_id=run_row["id"])
+    prev = steps[index - 1]
+    if prev.sequence_id is None or prev.state_app_id is None:
+        raise ForkError(f"step {prev.node}#{prev.occurrence} of run {run_row['id']} has no saved state",
+                        run_id=run_row["id"], node=prev.node)
+    return prev.state_app_id, int(prev.sequence_id)
+
+
+def lineage_edits(store: Any, run_row: dict, done: set) -> dict:
+    """{(node, occurrence): edit} made by a run and its ancestors, nearest first, except at the
+    visits in `done` (already part of the state a replay starts from)."""
+    edits: dict = {}
+    row, seen = run_row, set()
+    while row is not None and row["id"] not in seen:
+        seen.add(row["id"])
+        if row["edit_json"] and row["fork_node"]:
+            key = (row["fork_node"], int(row["fork_occurrence"] or 1))
+            if key not in done:
+                edits.setdefault(key, serde.decode(row["edit_json"].encode("utf-8")))
+        row = store.get_run_row(row["parent_id"]) if row["parent_id"] else None
+    return edits
+
+
+def recorded_inputs(steps: list) -> dict:
+    """{(node, occurrence): runtime inputs} each step of a trajectory ran with."""
+    return {(s.node, s.occurrence): s.runtime_inputs for s in steps if s.runtime_refs}
+
+
+def _check_request(pipeline: Any, at: str, edit: dict, params: dict, occurrence: Any) -> None:
+    action = pipeline.action(at)
+    reads = set(action.reads)
+    not_read = sorted(set(edit) - reads)
+    if not_read:
+        raise InvalidRequest(
+            f"node {at!r} does not read {', '.join(repr(f) for f in not_read)}; it reads "
+            f"{sorted(reads) or 'nothing'}. Fork at the node that reads the field.",
+            node=at, field=not_read[0],
+        )
+    known_params = pipeline.param_names(at)
+    unknown = sorted(set(params) - known_params)
+    if unknown:
+        raise InvalidRequest(
+            f"node {at!r} has no parameter {', '.join(repr(p) for p in unknown)}; its "
+            f"parameters are {sorted(known_params) or 'none'}", node=at, field=unknown[0],
+        )
+    for k, v in edit.items():
+        canonical_json(v, f"edit.{k}")
+    for k, v in params.items():
+        canonical_json(v, f"params.{k}")
+    if isinstance(occurrence, bool) or not isinstance(occurrence, int) or occurrence < 1:
+        raise InvalidRequest(f"occurrence must be a positive integer, not {occurrence!r}",
+                             node=at, field="occurrence")
+
+
+def fork_run(store: Any, heartbeat: Heartbeat, pipeline: Any, parent_row: dict, at: str, *,
+             edit: Optional[dict] = None, params: Optional[dict] = None,
+             inputs: Optional[dict] = None, allow_side_effects: bool = False,
+             occurrence: int = 1, use_cache: bool = True,
+             on_step: Optional[Callable] = None) -> Run:
+    """Fork `parent_row`'s run at the `occurrence`-th visit of `at`; bad requests raise
+    `RewindError` and write nothing."""
+    edit, params = dict(edit or {}), dict(params or {})
+    run_id = parent_row["id"]
+    _check_request(pipeline, at, edit, params, occurrence)
+    parent_rows = store.get_node_rows(run_id, parent_row["parent_id"])
+    steps = steps_from_rows(parent_rows, store, parent_row["parent_id"])
+    visits = [i for i, s in enumerate(steps) if s.node == at]
+    if len(visits) >= occurrence:
+        index = visits[occurrence - 1]
+    elif parent_row["status"] in (RunStatus.FAILED, RunStatus.INTERRUPTED, RunStatus.HALTED) \
+            and occurrence == len(visits) + 1:
+        index = len(steps)  # the next node the run never reached
+    else:
+        raise NotFound(f"node {at!r} ran {len(visits)} time(s) in run {run_id}; there is no "
+                       f"occurrence {occurrence} to fork at", run_id=run_id, node=at)
+    source_app, source_seq = fork_source(store, parent_row, steps, index)
+
+    fork_id = new_run_id()
+    prior = steps[:index]
+    # a fork keeps its ancestors' param changes (each from the visit it was made at) and
+    # re-applies their edits at visits still ahead: a no-edit fork of a fork replays it exactly
+    overrides = normalize_overrides(json.loads(parent_row["params_json"]) if parent_row["params_json"] else {})
+    if params:
+        overrides.setdefault(at, []).append([occurrence, dict(params)])
+    done = {(s.node, s.occurrence) for s in prior} | {(at, occurrence)}
+    ctx = ExecutionContext(
+        store, fork_id, pipeline, use_cache=use_cache,
+        dry_run_side_effects=not allow_side_effects, allow_side_effects=allow_side_effects,
+        param_overrides=overrides, parent_steps={(s.node, s.occurrence): s for s in steps},
+        parent_id=run_id, prior_steps=[], on_step=on_step,
+    )
+    ctx.replay_edits = lineage_edits(store, parent_row, done)
+    ctx.replay_inputs = recorded_inputs(steps)
+    if inputs is not None:
+        ctx.replay_inputs[(at, occurrence)] = {**ctx.replay_inputs.get((at, occurrence), {}), **inputs}
+    if use_cache:
+        ctx.cache_prefetch = store.cache_get_many(
+            [(s.node, s.input_hash) for s in steps[index:] if s.status != StepStatus.FAILED])
+    persister = store.persister()
+    builder = base_builder(ctx, fork_id).initialize_from(
+        persister, resume_at_next_action=True, default_state={},
+        default_entrypoint=pipeline.entrypoint, fork_from_app_id=source_app,
+        fork_from_partition_key=PARTITION_KEY, fork_from_sequence_id=source_seq,
+        override_state_values=edit or None,
+    )
+    started = time.perf_counter()
+    app = builder.build()
+    pointer = app.parent_pointer
+    if pointer is None or pointer.app_id != source_app or pointer.sequence_id != source_seq:
+        raise ForkError(f"Burr did not attach the fork to run {run_id} (state {source_app}@"
+                        f"{source_seq} not found); nothing was written", run_id=run_id, node=at)
+    nxt = app.get_next_action()
+    if nxt is None or nxt.name != at:
+        resumes = repr(nxt.name) if nxt else "nothing"
+        why = (f"run {run_id} stopped before reaching {at!r}; its next node is {resumes}"
+               if index == len(steps) else
+               f"with these edits Burr would resume at {resumes}, not {at!r} (a transition "
+               "reads an edited field)")
+        raise ForkError(f"{why}; nothing was written", run_id=run_id, node=at)
+    ctx.state_hashes.update(dict(getattr(persister, "last_loaded_refs", {}) or {}))
+    if edit:
+        ctx.absorb(edit)
+    start_state = {k: v for k, v in app.state.get_all().items() if not k.startswith("__")}
+
+    inherited_rows = []
+    reason = f"inherited from run {run_id}"
+    for i, (raw, s) in enumerate(zip(parent_rows[:index], prior)):
+        inherited_rows.append(pointer_row(raw, fork_id, i))
+        ctx.steps.append(dataclasses.replace(
+            s, status=StepStatus.INHERITED, run_id=fork_id, index=i, tokens=0, prompt_tokens=0,
+            completion_tokens=0, tokens_saved=0, latency_ms=0.0, reason=reason, error=None,
+            source_run=s.run_id if s.status != StepStatus.INHERITED else s.source_run,
+            _inputs=None, _outputs=None,
+        ))
+    ctx.occurrences.update(s.node for s in ctx.steps)
+    row = {
+        "id": fork_id, "pipeline": pipeline.name, "status": str(RunStatus.RUNNING),
+        "parent_id": run_id, "fork_node": at, "fork_occurrence": occurrence,
+        "graph_id": pipeline.graph_id, "entrypoint": pipeline.entrypoint,
+        "created_at": time.time(), "summary": parent_row["summary"],
+        # type-preserving (serde), so an ancestor's edit replays with the values it had
+        "edit_json": serde.encode(edit, "edit").decode("utf-8") if edit else None,
+        "params_json": json.dumps(overrides, sort_keys=True, default=repr) if overrides else None,
+        "allow_side_effects": int(bool(allow_side_effects)), "use_cache": int(bool(use_cache)),
+        "start_seq": source_seq, "fork_index": index, **owner_fields(),
+    }
+    # The fork's rows are written with its first commit: before the first step that executes,
+    # or at the end when every step is served from the cache.
+    ctx.pending_run = row
+    ctx.run_row = dict(row)
+    ctx.pending_rows.extend(inherited_rows)
+    before = prior[-1] if prior else None
+    if edit or before is None or (before.state_app_id, before.sequence_id) != (source_app, source_seq):
+        # The state the fork starts from, saved under its own id. Not needed (so not stored)
+        # when it is unedited and is the state its inherited last step points at.
+        save_start_state(ctx, fork_id, source_seq, at, start_state)
+    # a halted parent (a chat waiting for its next turn): the fork stops where it stopped
+    halts = Halts(max_steps=len(steps)) if parent_row["status"] == RunStatus.HALTED else Halts()
+    return execute(ctx, app, heartbeat, started, halts)
+
+
+@dataclasses.dataclass
+class NextVisit:
+    """The visit a stopped run never reached, and the state Burr saved before it."""
+
+    node: str
+    occurrence: int
+    state: dict
+
+    def __getitem__(self, key: str):  # the mapping spelling callers of 0.1 used
+        return getattr(self, key)
+
+
+def next_visit(store: Any, pipeline: Any, row: dict) -> Optional[NextVisit]:
+    """For a run that stopped early, the visit it could be forked or resumed at; else None."""
+    if row["status"] not in (RunStatus.INTERRUPTED, RunStatus.HALTED):
+        return None  # a failed run is forked at its failed step, which it has
+    steps = [s for s in load_steps(store, row) if s.status != StepStatus.FAILED]
+    loaded = store.persister().load(PARTITION_KEY, *fork_source(store, row, steps, len(steps)))
+    if loaded is None:
+        return None
+    state = loaded["state"]
+    if loaded["status"] == "completed":
+        nxt = pipeline.graph.get_next_node(loaded["position"], state, pipeline.entrypoint)
+        name = nxt.name if nxt is not None else None
+    else:  # a start state: Burr resumes at its position
+        name = loaded["position"]
+    if name is None:
+        return None
+    return NextVisit(node=name, occurrence=sum(1 for s in steps if s.node == name) + 1,
+                     state={k: v for k, v in state.get_all().items() if not k.startswith("__")})

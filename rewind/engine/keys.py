@@ -1,0 +1,269 @@
+"""The cache key of a node visit, in one place: what a node's output may depend on, hashed.
+
+A key covers the node's code fingerprint, the fields it may read (declared reads, and the prior
+values of its declared writes, since Burr's `append`/`increment`/`extend` build on them), its
+effective params (defaults, then `.bind()`, then a fork's overrides) and its Burr runtime
+inputs. Per-field hashes are kept beside the combined hash so every miss can be explained.
+The replay wrapper, the audit and the noise band all key through `NodeSpec`; nothing else
+computes an input or output hash.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import json
+import time
+from typing import Any, Optional
+
+from ..action import DETERMINISTIC, SIDE_EFFECT, TIME_BOUND, Policy, node_params, policy_of
+from ..errors import UnhashableValue
+from ..hashing import (
+    canonical_hash, canonical_parts, code_fingerprint, combine, is_internal_key, join_parts,
+    sha256_hex, strip_ignored, to_canonical,
+)
+
+
+def param_hash(value: Any, where: str) -> str:  # TEMP until hashing.param_hash lands
+    try:
+        return canonical_hash(value, where)
+    except UnhashableValue:
+        if isinstance(value, (float, str)):
+            raise
+        if inspect.isfunction(value) or inspect.ismethod(value):
+            return canonical_hash({"fn": code_fingerprint(value)})
+        key = getattr(value, "rewind_key", None)
+        if key is not None:
+            return canonical_hash({"key": key() if callable(key) else key}, where)
+        t = type(value)
+        return canonical_hash({"type": f"{t.__module__}.{t.__qualname__}"})
+
+
+def code_of(inner: Any) -> Any:
+    """What a node's code fingerprint is taken of: its function, or a class-based action's class."""
+    fn = getattr(inner, "_originating_fn", None) or getattr(inner, "fn", None)
+    return fn if fn is not None else type(inner)
+
+
+def params_json(params: dict) -> str:
+    """The params as canonical JSON for display; values with no JSON spelling as their repr."""
+    try:
+        return json.dumps(to_canonical(params), sort_keys=True)
+    except Exception:
+        return json.dumps({k: _display(v) for k, v in params.items()}, sort_keys=True)
+
+
+def _display(value: Any) -> Any:
+    try:
+        return to_canonical(value)
+    except Exception:
+        return repr(value)
+
+
+@dataclasses.dataclass
+class NodeSpec:
+    """What is fixed about a node for one execution: policy, params, runner and their hashes."""
+
+    node: str
+    inner: Any
+    policy: Policy
+    params: dict
+    runner: Any
+    code: str
+    param_hashes: dict
+    params_json: str
+    params_doc: dict
+
+    @property
+    def reads(self) -> list:
+        return list(self.inner.reads)
+
+    @property
+    def writes(self) -> list:
+        return list(self.inner.writes)
+
+    def refresh_code(self) -> "NodeSpec":
+        """The same spec with the code fingerprint re-read (a constant may have been rebound)."""
+        code = code_fingerprint(code_of(self.inner), self.policy.version)
+        return self if code == self.code else dataclasses.replace(self, code=code)
+
+    # --- the key ------------------------------------------------------------------------------
+    def readable(self, state: Any) -> dict:
+        """The values this node may read from `state`: declared reads, then the prior values
+        of declared writes (Burr's append/increment build on them)."""
+        out = {k: state[k] for k in self.inner.reads if k in state}
+        for k in self.inner.writes:
+            if k not in out and k in state:
+                out[k] = state[k]
+        return out
+
+    def field_hashes(self, readable: dict, known: Optional[dict] = None,
+                     run_kwargs: Optional[dict] = None) -> dict:
+        """Per-field hashes of a visit: `code`, `read:<field>` (reads), `prior:<field>` (writes
+        the node does not declare as reads), `param:<name>`, `input:<name>` (runtime inputs).
+        `known` maps fields to hashes already computed for exactly these values."""
+        ignore = self.policy.ignore
+        reads = set(self.inner.reads)
+        out = {"code": self.code}
+        for k, v in readable.items():
+            if ignore and k in ignore:
+                continue
+            h = None if ignore or known is None else known.get(k)
+            if h is None:
+                if ignore:
+                    v = strip_ignored(v, [n.split(".", 1)[1] if n.startswith(k + ".") else n
+                                          for n in ignore])
+                h = canonical_hash(v, k)
+            out[("read:" if k in reads else "prior:") + k] = h
+        out.update(self.param_hashes)
+        for k, v in (run_kwargs or {}).items():
+            if not is_internal_key(k):  # Burr-injected (__context, __tracer): never hashed
+                out[f"input:{k}"] = param_hash(v, f"{self.node}.{k}")
+        return out
+
+    def input_hash(self, field_hashes: dict) -> str:
+        return combine({"node": self.node, "fields": field_hashes})
+
+    # --- outputs ------------------------------------------------------------------------------
+    def output_parts(self, outputs: dict) -> dict:
+        """Canonical JSON of each written field (raises UnhashableValue naming the field)."""
+        return canonical_parts(outputs, self.node)
+
+    def output_hash(self, outputs: dict, parts: Optional[dict] = None) -> str:
+        ignore = self.policy.ignore
+        if ignore:
+            stripped = {k: v for k, v in outputs.items() if k not in ignore}
+            return canonical_hash(strip_ignored(stripped, ignore))
+        return sha256_hex(join_parts(parts if parts is not None else self.output_parts(outputs)))
+
+    def output_field_hashes(self, outputs: dict) -> dict:
+        """Per-field output hashes consistent with `output_hash`: a field varies here iff the
+        output hash varies."""
+        ignore = self.policy.ignore
+        values = dict(outputs)
+        if ignore:
+            values = strip_ignored({k: v for k, v in values.items() if k not in ignore}, ignore)
+        return {k: canonical_hash(v, k) for k, v in values.items() if not is_internal_key(k)}
+
+
+def node_spec(node: str, inner: Any, overrides: Optional[dict] = None,
+              defaults: Optional[dict] = None) -> NodeSpec:
+    """The spec of `inner` with a fork's param `overrides` applied (`defaults`: the node's
+    effective default params when the caller already has them)."""
+    overrides = dict(overrides or {})
+    policy = policy_of(inner)
+    params = dict(defaults) if defaults is not None else node_params(inner)
+    params.update(overrides)
+    runner = with_params(inner, overrides) if overrides else inner
+    doc_json = params_json(params)
+    return NodeSpec(
+        node=node, inner=inner, policy=policy, params=params, runner=runner,
+        code=code_fingerprint(code_of(inner), policy.version),
+        param_hashes={f"param:{k}": param_hash(v, f"{node}.{k}") for k, v in params.items()},
+        params_json=doc_json, params_doc=json.loads(doc_json),
+    )
+
+
+def with_params(inner: Any, overrides: dict) -> Any:
+    """`inner` with params overridden: `.with_params` for function actions; a copy with the
+    attributes set for class-based actions (their params are `__init__` keywords kept as
+    attributes of the same name)."""
+    if hasattr(inner, "with_params") and getattr(inner, "_originating_fn", None) is not None:
+        return inner.with_params(**overrides)
+    import copy
+
+    runner = copy.copy(inner)
+    for k, v in overrides.items():
+        setattr(runner, k, v)
+    return runner
+
+
+def recorded_overrides(inner: Any, params: dict) -> dict:
+    """The recorded params of a step that differ (canonically) from the node's defaults: what
+    must be re-applied to execute it again as it ran."""
+    defaults = node_params(inner)
+    out = {}
+    for k, v in (params or {}).items():
+        if k in defaults:
+            try:
+                if param_hash(defaults[k], k) == param_hash(v, k):
+                    continue
+            except UnhashableValue:
+                pass
+        out[k] = v
+    return out
+
+
+# --- why a visit ran again -------------------------------------------------------------------
+
+_LAYERS = (("read:", "{} changed"), ("prior:", "prior value of {} changed"),
+           ("param:", "param {} changed"), ("input:", "input {} changed"))
+
+
+def changed_fields(before: dict, now: dict) -> list:
+    """Human phrases naming what differs between two visits' field hashes."""
+    parts = []
+    for prefix, phrase in _LAYERS:
+        names = sorted(k[len(prefix):] for k in set(before) | set(now)
+                       if k.startswith(prefix) and before.get(k) != now.get(k))
+        if names:
+            parts.append(phrase.format(", ".join(f"`{n}`" for n in names)))
+    units = sorted(k[len("code:"):] for k in set(before) | set(now)
+                   if k.startswith("code:") and before.get(k) != now.get(k))
+    if units:
+        parts.append(", ".join(f"`{u}`" for u in units) + " changed")
+    elif before.get("code") != now.get("code"):
+        parts.append("the node's code changed")
+    return parts
+
+
+def miss_reason(node: str, policy: Policy, field_hashes: dict, parent: Any, entry: Optional[dict],
+                expired: bool, use_cache: bool, allow_side_effects: bool,
+                has_parent_run: bool) -> str:
+    """Why a step runs again, named against the parent's same step where there is one."""
+    if policy.determinism == SIDE_EFFECT:
+        if allow_side_effects and has_parent_run:
+            return "side effect performed again: allow_side_effects=True"
+        return "side-effect node: never cached"
+    if expired and entry is not None:
+        age = time.time() - entry["cached_at"]
+        return f"ttl expired: cached {age:.0f}s ago, ttl {policy.ttl:g}s"
+    if parent is not None and parent.field_hashes:
+        parts = changed_fields(parent.field_hashes, field_hashes)
+        if parts:
+            return f"{node} ran again because " + "; ".join(parts)
+        if parent.status == "failed":
+            return "same inputs as the parent's step, which failed (failures are never cached)"
+        if not use_cache:
+            return "cache bypassed (use_cache=False)"
+        return "same inputs as the parent's step, but no cache entry (purged or never stored)"
+    if not use_cache:
+        return "cache bypassed (use_cache=False)"
+    return "no earlier entry for these inputs"
+
+
+def is_expired(policy: Policy, entry: dict, now: Optional[float] = None) -> bool:
+    return policy.determinism == TIME_BOUND and (
+        (now if now is not None else time.time()) - entry["cached_at"] >= policy.ttl
+    )
+
+
+def keeps_first_output(policy: Policy, expired: bool) -> bool:
+    """A deterministic entry keeps its first output; a time-bound one refreshes."""
+    return policy.determinism == DETERMINISTIC and not expired
+
+
+def class_params(action: Any) -> dict:
+    """A class-based action's forkable params: keyword parameters of its `__init__` with
+    defaults, read back from the attribute of the same name (the usual Burr pattern)."""
+    try:
+        sig = inspect.signature(type(action).__init__)
+    except (TypeError, ValueError):
+        return {}
+    out = {}
+    for name, p in sig.parameters.items():
+        if name == "self" or p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
+            continue
+        if hasattr(action, name) and not callable(getattr(action, name)):
+            out[name] = getattr(action, name)
+    return out

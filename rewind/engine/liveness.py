@@ -1,0 +1,66 @@
+"""Who owns a running run, and proof that it is still alive.
+
+A run row names its owner process (host, pid, process start time) and carries a heartbeat
+updated every 15 s while the run is live, so another process on the same host (by pid) or on
+another host (by the heartbeat lease) can tell a live run from one whose process died.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Any, Optional
+
+from ..store import HOST, PID, process_started
+
+logger = logging.getLogger("rewind")
+
+_OWNER_STARTED = process_started(PID)
+
+
+def owner_fields() -> dict:
+    """The run-row columns that say this process owns the run, as of now."""
+    return {
+        "owner_host": HOST, "owner_pid": PID, "owner_started": _OWNER_STARTED,
+        "heartbeat_at": time.time(),
+    }
+
+
+class Heartbeat:
+    """One thread per store updating `heartbeat_at` of this process's running runs (the lease
+    in `store.HEARTBEAT_LEASE_S`)."""
+
+    INTERVAL_S = 15.0
+
+    def __init__(self, store: Any):
+        self.store = store
+        self.live: set = set()
+        self._lock = threading.Lock()
+        self._thread: Optional[threading.Thread] = None
+        self._stop = threading.Event()
+
+    def add(self, run_id: str) -> None:
+        with self._lock:
+            self.live.add(run_id)
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._loop, daemon=True, name="rewind-heartbeat")
+                self._thread.start()
+
+    def remove(self, run_id: str) -> None:
+        with self._lock:
+            self.live.discard(run_id)
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.INTERVAL_S):
+            with self._lock:
+                ids = list(self.live)
+            if not ids:
+                continue
+            try:
+                now = time.time()
+                with self.store.transaction():
+                    for run_id in ids:
+                        self.store.update_run(run_id, heartbeat_at=now)
+            except Exception:
+                logger.debug("heartbeat failed", exc_info=True)

@@ -1,0 +1,133 @@
+"""Executing one node, exactly as Burr would, on a guarded view of the state.
+
+Shared by the replay wrapper, the audit and the noise band: nothing else calls a node.
+
+The node sees its declared reads and the prior values of its declared writes, by value (an
+in-place change to a read must not leak into the state, since a cache hit could not replay
+it). Reading any other key is an `UndeclaredRead` naming the node and the key; `"k" in state`
+on such a key is False. Function actions get the view through `run_and_update`, class-based
+actions through `run` then `update` (Burr hands `update` the whole state; here it gets the
+same view, so the key covers everything the update can depend on). Coroutines (async actions)
+run to completion on a private event loop; streaming actions are consumed to their final state.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import dataclasses
+import inspect
+import threading
+from typing import Any, Optional
+
+from burr.core import State
+
+from ..errors import RewindError, UndeclaredRead
+from ..hashing import is_internal_key
+from ..metering import StepMeter, metering
+from . import burr_compat
+
+
+class ReadGuard(State):
+    """The part of the state a node may read; any other key is an `UndeclaredRead`."""
+
+    def __init__(self, values: dict, node: str, readable: Any, typing_system: Any = None):
+        super().__init__(values, typing_system=typing_system) if typing_system is not None \
+            else super().__init__(values)
+        self._rw_node = node
+        self._rw_readable = frozenset(readable)
+
+    def __getitem__(self, key: str) -> Any:
+        if key not in self._state and key not in self._rw_readable and not is_internal_key(key):
+            raise UndeclaredRead(
+                f"node {self._rw_node!r} read state key {key!r} that it does not declare in "
+                f"reads={sorted(self._rw_readable)}; add {key!r} to its reads",
+                node=self._rw_node, field=key,
+            )
+        return super().__getitem__(key)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._state
+
+
+def guarded_view(node: str, readable: dict, reads: list, writes: list, state: Any = None) -> ReadGuard:
+    """A private copy of `readable` that only lets the node read what it may."""
+    typing_system = getattr(state, "typing_system", None) if state is not None else None
+    return ReadGuard(copy.deepcopy(readable), node, list(reads) + list(writes), typing_system)
+
+
+@dataclasses.dataclass
+class NodeResult:
+    """What one execution of a node produced."""
+
+    result: dict                # what Burr sees as the action's result
+    outputs: dict               # the written fields (a Result node: the fields it returns)
+    deleted: list               # readable fields the node removed from the state
+    meter: StepMeter
+
+
+def _run_coroutine(coro: Any) -> Any:
+    """Run an async action's coroutine to completion from synchronous code."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coro)
+    box: dict = {}
+
+    def target():  # a loop is running in this thread (a notebook): use a thread of our own
+        try:
+            box["value"] = asyncio.run(coro)
+        except BaseException as e:  # re-raised in the caller's thread
+            box["error"] = e
+
+    t = threading.Thread(target=target, name="rewind-async-node")
+    t.start()
+    t.join()
+    if "error" in box:
+        raise box["error"]
+    return box["value"]
+
+
+def _settle(value: Any) -> Any:
+    return _run_coroutine(value) if inspect.isawaitable(value) else value
+
+
+def call_action(runner: Any, view: State, run_kwargs: dict) -> tuple:
+    """(result, new_state) of running `runner` on `view` with Burr's runtime inputs."""
+    if getattr(runner, "single_step", False):
+        out = _settle(runner.run_and_update(view, **run_kwargs))
+        return burr_compat.adjust_single_step_output(out, runner)
+    kwargs = burr_compat.remap_dunder_inputs(runner, run_kwargs)
+    result = _settle(runner.run(view, **kwargs))
+    return result, _settle(runner.update(result, view))
+
+
+def execute_node(node: str, runner: Any, readable: dict, reads: list, writes: list,
+                 run_kwargs: Optional[dict] = None, state: Any = None,
+                 tool_store: Any = None, meter: Optional[StepMeter] = None) -> NodeResult:
+    """Run the node once on a guarded copy of `readable`; exceptions propagate (the meter,
+    passed in by the caller, keeps the tokens a failed attempt spent)."""
+    view = guarded_view(node, readable, reads, writes, state)
+    meter = meter if meter is not None else StepMeter(node=node, tool_store=tool_store)
+    with metering(meter):
+        result, new_state = call_action(runner, view, dict(run_kwargs or {}))
+    if not isinstance(new_state, State):
+        raise RewindError(
+            f"node {node!r} returned {type(new_state).__name__} as its state; return a burr "
+            "State (state.update(...)) or (result, state)", node=node,
+        )
+    outputs = {w: new_state[w] for w in writes if w in new_state}
+    if not writes and isinstance(result, dict):
+        # a node that writes nothing (Burr's Result): what it returns is what it produced
+        outputs = {k: v for k, v in result.items() if not is_internal_key(k)}
+    present = set(new_state.keys())
+    deleted = [k for k in readable if k not in present and not is_internal_key(k)]
+    return NodeResult(result=result if isinstance(result, dict) else dict(outputs),
+                      outputs=outputs, deleted=deleted, meter=meter)
+
+
+def apply_outputs(state: State, outputs: dict, writes: list, deleted: list = ()) -> State:
+    """The full state after a step: the written fields set, the deleted ones removed."""
+    written = {k: v for k, v in outputs.items() if k in writes} if writes else {}
+    new_state = state.update(**written) if written else state
+    return new_state.wipe(delete=list(deleted)) if deleted else new_state

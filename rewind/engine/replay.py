@@ -1,0 +1,221 @@
+"""`ReplayAction`: the Burr action every pipeline node is wrapped in.
+
+Burr hooks cannot skip an action, so the wrapper is where a visit is decided: key it, then
+dry-run it (a side effect on replay), serve it from the cache, or execute it on its guarded
+view. Whatever happens it returns the FULL state updated with the node's writes (Burr deletes
+keys missing from the returned state), and leaves a `StepRecord` for the recorder hook.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from typing import Any, Optional
+
+from burr.core import State
+from burr.core.action import Action, SingleStepAction
+
+from .. import serde
+from ..action import DETERMINISTIC, SIDE_EFFECT
+from ..errors import RewindError
+from ..hashing import sha256_hex
+from ..metering import StepMeter
+from ..models import StepStatus
+from .context import CURRENT, ExecutionContext, StepRecord
+from .keys import NodeSpec, is_expired, keeps_first_output, miss_reason
+from .node import apply_outputs, execute_node
+
+logger = logging.getLogger("rewind")
+
+
+def refs_json(refs: dict) -> str:
+    return json.dumps(refs, sort_keys=True, separators=(",", ":"))
+
+
+class ReplayAction(SingleStepAction):
+    """Wraps one pipeline action: key it, then dry-run, serve from cache, or execute."""
+
+    def __init__(self, inner: Action):
+        super().__init__()
+        self._inner = inner
+        self._name = inner.name
+
+    @property
+    def _ctx(self) -> ExecutionContext:
+        ctx = CURRENT.get()
+        if ctx is None:
+            raise RewindError(f"node {self._name!r} ran outside a Rewind execution", node=self._name)
+        return ctx
+
+    @property
+    def reads(self) -> list:
+        return self._inner.reads
+
+    @property
+    def writes(self) -> list:
+        return self._inner.writes
+
+    @property
+    def inputs(self):
+        return self._inner.inputs
+
+    @property
+    def tags(self) -> list:
+        return getattr(self._inner, "tags", [])
+
+    def get_source(self) -> str:
+        return self._inner.get_source()
+
+    def run_and_update(self, state: State, **run_kwargs) -> tuple:
+        ctx, node = self._ctx, self.name
+        started = time.perf_counter()
+        occurrence = ctx.occurrences[node] + 1
+        ctx.occurrences[node] = occurrence
+        edit = ctx.replay_edits.pop((node, occurrence), None)
+        if edit:  # an ancestor fork edited the state here: its world includes that edit
+            state = state.update(**edit)
+            ctx.absorb(edit)
+        spec = ctx.spec(node, self._inner, occurrence)
+        record = self._key(ctx, spec, state, occurrence, run_kwargs)
+        ctx.current = record
+        outputs: Optional[dict] = None
+        entry = None
+        expired = False
+        if spec.policy.determinism == SIDE_EFFECT and ctx.dry_run_side_effects:
+            outputs = self._dry_run(ctx, spec, record)
+        elif spec.policy.cacheable:
+            entry = ctx.cache_prefetch.pop((node, record.input_hash), None)
+            if entry is None:
+                entry = ctx.store.cache_get(node, record.input_hash)
+            if entry is not None and ctx.use_cache:
+                expired = is_expired(spec.policy, entry)
+                if not expired:
+                    outputs = self._serve(ctx, record, entry)
+        if outputs is not None:
+            record.latency_ms = (time.perf_counter() - started) * 1000
+            return dict(outputs), apply_outputs(state, outputs, spec.writes)
+        return self._execute(ctx, spec, record, state, run_kwargs, entry, expired, started)
+
+    # --- the four parts of a visit --------------------------------------------------------------
+    def _key(self, ctx: ExecutionContext, spec: NodeSpec, state: State, occurrence: int,
+             run_kwargs: dict) -> StepRecord:
+        readable = spec.readable(state)
+        field_hashes = spec.field_hashes(readable, ctx.state_hashes, run_kwargs)
+        runtime = {k: v for k, v in run_kwargs.items() if not k.startswith("__")}
+        record = StepRecord(
+            node=spec.node, occurrence=occurrence, started_at=time.time(),
+            input_hash=spec.input_hash(field_hashes), field_hashes=field_hashes,
+            params_doc=spec.params_doc, params_json=spec.params_json,
+            inputs=ctx.refs_of(readable),
+            runtime=ctx.blob_refs(runtime, f"{spec.node}.inputs") if runtime else {},
+        )
+        record.readable = readable
+        return record
+
+    def _dry_run(self, ctx: ExecutionContext, spec: NodeSpec, record: StepRecord) -> dict:
+        parent = ctx.parent_step(spec.node, record.occurrence)
+        record.status = StepStatus.DRY_RUN
+        if parent is not None and parent.input_hash == record.input_hash and parent.output_refs:
+            outputs = ctx.store.values(parent.output_refs)
+            ctx.note_served(parent.output_refs, outputs)
+            record.reason = (
+                f"dry-run: the effect already happened with these exact inputs in run "
+                f"{ctx.parent_id}; its recorded outputs are reused"
+            )
+        else:
+            outputs = {w: None for w in spec.writes}
+            record.reason = (
+                "dry-run: side effect not performed (its inputs differ from the parent's); "
+                "pass allow_side_effects=True to perform it"
+                if parent is not None else
+                "dry-run: side effect not performed; pass allow_side_effects=True to perform it"
+            )
+        self._finish_outputs(ctx, spec, record, outputs)
+        return outputs
+
+    def _serve(self, ctx: ExecutionContext, record: StepRecord, entry: dict) -> Optional[dict]:
+        try:
+            refs = json.loads(entry["outputs"])
+            outputs = ctx.store.values(refs)
+        except RewindError as e:  # an unreadable entry is a miss, and the reason says why
+            logger.warning("cache entry for %s unusable: %s", record.node, e)
+            record.integrity_note = str(e)
+            return None
+        ctx.note_served(refs, outputs)
+        record.status = StepStatus.CACHED
+        record.tokens_saved = int(entry["tokens"] or 0)
+        record.source_run = entry["source_run"]
+        record.reason = (f"cache hit: same inputs as run {entry['source_run']}"
+                         if entry["source_run"] else "cache hit")
+        ctx.pending_hits.append((record.node, record.input_hash))
+        for k, h in refs.items():
+            ctx.state_hashes[k] = h
+        record.outputs = refs
+        record.output_hash = entry["output_hash"]
+        return outputs
+
+    def _execute(self, ctx: ExecutionContext, spec: NodeSpec, record: StepRecord, state: State,
+                 run_kwargs: dict, entry: Optional[dict], expired: bool, started: float) -> tuple:
+        if ctx.pending_run is not None:  # make the run visible before doing real work
+            ctx.commit()
+        policy = spec.policy
+        record.status = StepStatus.EXECUTED
+        record.side_effect = policy.determinism == SIDE_EFFECT
+        record.reason = miss_reason(
+            spec.node, policy, record.field_hashes, ctx.parent_step(spec.node, record.occurrence),
+            entry, expired, ctx.use_cache, ctx.allow_side_effects, bool(ctx.parent_id),
+        )
+        if record.integrity_note:
+            record.reason += f" (cache entry rejected: {record.integrity_note})"
+        meter = StepMeter(node=spec.node, tool_store=ctx.store if ctx.use_cache else None)
+        try:
+            done = execute_node(spec.node, spec.runner, record.readable, spec.reads, spec.writes,
+                                run_kwargs, state, meter=meter)
+            self._finish_outputs(ctx, spec, record, done.outputs)
+        except BaseException as e:
+            record.prompt_tokens, record.completion_tokens = meter.prompt_tokens, meter.completion_tokens
+            record.fail(f"{type(e).__name__}: {e}")
+            record.latency_ms = (time.perf_counter() - started) * 1000
+            ctx.last_error = f"{spec.node}: {record.error}"
+            raise
+        record.prompt_tokens, record.completion_tokens = meter.prompt_tokens, meter.completion_tokens
+        if policy.cacheable:
+            self._cache_entry(ctx, spec, record, entry, expired)
+        record.latency_ms = (time.perf_counter() - started) * 1000
+        return done.result, apply_outputs(state, done.outputs, spec.writes, done.deleted)
+
+    # --- outputs -------------------------------------------------------------------------------
+    @staticmethod
+    def _finish_outputs(ctx: ExecutionContext, spec: NodeSpec, record: StepRecord,
+                        outputs: dict) -> None:
+        parts = spec.output_parts(outputs)  # UnhashableValue names the field
+        out_refs = {}
+        for k, part in parts.items():
+            h = sha256_hex(part)
+            out_refs[k] = h
+            if h not in ctx.new_blobs:
+                ctx.new_blobs[h] = serde.encode(outputs[k], k)
+            if k in spec.writes:
+                ctx.state_hashes[k] = h
+        record.output_hash = spec.output_hash(outputs, parts)
+        record.outputs = out_refs
+
+    @staticmethod
+    def _cache_entry(ctx: ExecutionContext, spec: NodeSpec, record: StepRecord,
+                     entry: Optional[dict], expired: bool) -> None:
+        policy = spec.policy
+        if (entry is not None and policy.determinism == DETERMINISTIC
+                and entry["output_hash"] != record.output_hash):
+            ctx.pending_alarms.append(
+                (spec.node, record.input_hash, entry["output_hash"], record.output_hash, ctx.run_id))
+            record.reason += ("; nondeterministic: these inputs gave a different output before "
+                              f"(run {entry['source_run']})")
+        record.cache_row = {
+            "node": spec.node, "input_hash": record.input_hash, "output_hash": record.output_hash,
+            "outputs": refs_json(record.outputs), "prompt_tokens": record.prompt_tokens,
+            "completion_tokens": record.completion_tokens,
+            "tokens": record.prompt_tokens + record.completion_tokens,
+            "cached_at": time.time(), "hits": 0, "determinism": policy.determinism,
+            "source_run": ctx.run_id, "_keep_existing": keeps_first_output(policy, expired),
+        }

@@ -1,0 +1,87 @@
+"""Resuming a stored run in place: the next chat turn of a halted run, the failed step of a
+failed run re-executed, or an interrupted run continued.
+
+The run goes on under its own id from the last state Burr saved for a step that succeeded;
+Burr numbers the next step after every state saved for the run (a failed attempt's included),
+so no saved state is ever written twice.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any, Callable, Optional
+
+from burr.core.application import PRIOR_STEP
+
+from ..errors import InvalidRequest, NotFound
+from ..models import Run, RunStatus, StepStatus
+from ..store import PARTITION_KEY
+from . import burr_compat
+from .context import ExecutionContext
+from .fork import fork_source, lineage_edits, load_steps, recorded_inputs
+from .liveness import Heartbeat, owner_fields
+from .runner import Halts, base_builder, execute
+
+RESUMABLE = (RunStatus.HALTED, RunStatus.FAILED, RunStatus.INTERRUPTED)
+
+
+def resume_run(store: Any, heartbeat: Heartbeat, pipeline: Any, row: dict, *,
+               inputs: Optional[dict] = None, halt_before: Optional[list] = None,
+               halt_after: Optional[list] = None,
+               on_step: Optional[Callable] = None) -> Run:
+    run_id = row["id"]
+    if row["status"] not in RESUMABLE:
+        raise InvalidRequest(f"run {run_id} is {row['status']}; only halted, failed or "
+                             "interrupted runs resume", run_id=run_id)
+    if inputs is not None and not isinstance(inputs, dict):
+        raise InvalidRequest(f"inputs must be a dict of runtime inputs, not {type(inputs).__name__}",
+                             run_id=run_id, field="inputs")
+    halts = Halts.of(pipeline.graph, halt_before, halt_after)
+    steps = load_steps(store, row)
+    keep = [s for s in steps if s.status != StepStatus.FAILED]  # a failed step is retried
+    parent_steps = {}
+    if row["parent_id"]:
+        prow = store.get_run_row(row["parent_id"])
+        if prow is not None:
+            parent_steps = {(s.node, s.occurrence): s for s in load_steps(store, prow)}
+    ctx = ExecutionContext(
+        store, run_id, pipeline, use_cache=bool(row["use_cache"]),
+        dry_run_side_effects=bool(row["parent_id"]) and not row["allow_side_effects"],
+        allow_side_effects=bool(row["allow_side_effects"]),
+        param_overrides=json.loads(row["params_json"]) if row["params_json"] else {},
+        parent_steps=parent_steps, parent_id=row["parent_id"], prior_steps=keep,
+        on_step=on_step, inputs=inputs,
+    )
+    if inputs is None:
+        # no new inputs: a retried step runs with the inputs it was first given
+        last = recorded_inputs(steps)
+        ctx.inputs = dict(next(iter(reversed(list(last.values()))), {})) if last else {}
+    done = {(s.node, s.occurrence) for s in keep}
+    if row["fork_node"]:
+        done.add((row["fork_node"], int(row["fork_occurrence"] or 1)))
+    ctx.replay_edits = lineage_edits(store, row, done)
+    source_app, source_seq = fork_source(store, row, keep, len(keep))
+    persister = store.persister()
+    saved = persister.load(PARTITION_KEY, source_app, source_seq)
+    if saved is None:
+        raise NotFound(f"run {run_id} has no saved state to resume from", run_id=run_id)
+    ctx.state_hashes.update(getattr(persister, "last_loaded_refs", {}) or {})
+    builder = base_builder(ctx, run_id).with_state(saved["state"])
+    if saved["status"] == "completed":
+        builder = builder.with_state(**{PRIOR_STEP: saved["position"]})
+        builder = builder.with_entrypoint(pipeline.entrypoint)
+    else:
+        builder = builder.with_entrypoint(saved["position"])
+    app = builder.build()
+    used = [int(saved["sequence_id"])] + [int(s.sequence_id) for s in steps
+                                          if s.sequence_id is not None and s.state_app_id == run_id]
+    burr_compat.set_sequence_id(app, max(used))
+
+    def reopen(s: Any) -> None:
+        s.delete_failed_steps(run_id)
+        s.update_run(run_id, status=str(RunStatus.RUNNING), error=None, finished_at=None,
+                     **owner_fields())
+
+    ctx.commit(reopen)
+    return execute(ctx, app, heartbeat, time.perf_counter(), halts)

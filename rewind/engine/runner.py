@@ -1,0 +1,202 @@
+"""Driving a built Burr application step by step, and starting a first run.
+
+`drive` steps the application as Burr's own `iterate` would (halt_before / halt_after, with
+`@tag:` names, and at least one step before any halt), handing each step its runtime inputs.
+`execute` wraps it: the context is current while Burr runs, and whatever happens the run row
+ends in a final status (completed, halted, failed, or interrupted on KeyboardInterrupt/exit).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+import uuid
+from typing import Any, Callable, Optional
+
+from burr.core import ApplicationBuilder, State
+
+from ..errors import InvalidRequest, RewindError
+from ..models import Run, RunStatus, StepStatus
+from ..store import PARTITION_KEY, RUN_COLUMNS
+from . import burr_compat
+from .context import CURRENT, ExecutionContext
+from .keys import param_hash
+from .liveness import Heartbeat, owner_fields
+from .recorder import StepRecorder
+
+MAX_STEPS = 10_000
+
+
+@dataclasses.dataclass
+class Halts:
+    """Where to stop: before/after these actions, or once the trajectory has `max_steps`."""
+
+    before: frozenset = frozenset()
+    after: frozenset = frozenset()
+    max_steps: Optional[int] = None   # a fork of a halted run stops where its parent stopped
+
+    @classmethod
+    def of(cls, graph: Any, halt_before: Optional[list] = None, halt_after: Optional[list] = None,
+           max_steps: Optional[int] = None) -> "Halts":
+        for name, value in (("halt_before", halt_before), ("halt_after", halt_after)):
+            if value is not None and (isinstance(value, str) or not hasattr(value, "__iter__")):
+                raise InvalidRequest(f"{name} must be a list of action names, not {value!r}",
+                                     field=name)
+        before = burr_compat.expand_halts(graph, halt_before)
+        after = burr_compat.expand_halts(graph, halt_after)
+        known = {a.name for a in graph.actions}
+        unknown = sorted((before | after) - known)
+        if unknown:
+            raise InvalidRequest(f"halt condition names no action of the pipeline: {unknown}; "
+                                 f"its actions are {sorted(known)}", node=unknown[0])
+        return cls(frozenset(before), frozenset(after), max_steps)
+
+    @property
+    def any(self) -> bool:
+        return bool(self.before or self.after or self.max_steps is not None)
+
+
+def drive(ctx: ExecutionContext, app: Any, halts: Halts) -> RunStatus:
+    """Step `app` until it ends or halts; the status it stopped with."""
+    taken = 0
+    while True:
+        nxt = app.get_next_action()
+        if nxt is None:
+            return RunStatus.COMPLETED
+        if halts.max_steps is not None and len(ctx.steps) >= halts.max_steps:
+            return RunStatus.HALTED
+        if taken and nxt.name in halts.before:
+            return RunStatus.HALTED
+        if taken >= MAX_STEPS:
+            raise RewindError(f"run exceeded {MAX_STEPS} steps; is there a loop with no exit, "
+                              "or a chat loop that needs halt_after=[...]?", run_id=ctx.run_id)
+        app.step(inputs=ctx.inputs_for(nxt.name, ctx.occurrences[nxt.name] + 1))
+        taken += 1
+        if nxt.name in halts.after:
+            return RunStatus.HALTED
+
+
+def execute(ctx: ExecutionContext, app: Any, heartbeat: Heartbeat, started: float,
+            halts: Optional[Halts] = None) -> Run:
+    """Drive a built application until it stops; finalize the run row."""
+    store = ctx.store
+    if isinstance(app, ApplicationBuilder):
+        app = app.build()
+    store.live_contexts[ctx.run_id] = ctx
+    heartbeat.add(ctx.run_id)
+    status, error = RunStatus.COMPLETED, None
+    token = CURRENT.set(ctx)
+    try:
+        status = drive(ctx, app, halts or Halts())
+    except Exception as e:
+        status = RunStatus.FAILED
+        error = ctx.last_error or f"{type(e).__name__}: {e}"
+    except BaseException:
+        status = RunStatus.INTERRUPTED
+        error = "interrupted (KeyboardInterrupt or exit)"
+        raise
+    finally:
+        CURRENT.reset(token)
+        heartbeat.remove(ctx.run_id)
+        store.live_contexts.pop(ctx.run_id, None)
+        fields = finish_fields(ctx, status, error, started)
+        if ctx.pending_run is not None:  # a fork not yet written: its row, final at once
+            ctx.pending_run.update(fields)
+            ctx.commit()
+        else:
+            ctx.commit(lambda s: s.update_run(ctx.run_id, **fields))
+    if ctx.run_row is not None:
+        row = {c: None for c in RUN_COLUMNS}
+        row.update(ctx.run_row)
+        row.update(fields)
+    else:
+        row = store.get_run_row(ctx.run_id)
+    return Run.from_row(row, steps=list(ctx.steps))
+
+
+def finish_fields(ctx: ExecutionContext, status: str, error: Optional[str], started: float) -> dict:
+    own = [s for s in ctx.steps if s.status != StepStatus.INHERITED]
+    return dict(
+        status=str(status), error=error, finished_at=time.time(),
+        total_tokens=sum(s.tokens for s in own), tokens_saved=sum(s.tokens_saved for s in own),
+        latency_ms=(time.perf_counter() - started) * 1000, step_count=len(ctx.steps),
+    )
+
+
+def base_builder(ctx: ExecutionContext, run_id: str) -> ApplicationBuilder:
+    return (
+        ApplicationBuilder()
+        .with_graph(ctx.pipeline.wrapped_graph())
+        .with_hooks(StepRecorder(ctx))
+        .with_identifiers(app_id=run_id, partition_key=PARTITION_KEY)
+        .with_state_persister(ctx.store.persister())
+    )
+
+
+def new_run_id() -> str:
+    return uuid.uuid4().hex[:16]
+
+
+def summarize_state(state: dict) -> str:
+    for v in state.values():
+        if isinstance(v, str) and v.strip():
+            return v.strip()[:200].replace("\x00", "\ufffd")
+    try:
+        return json.dumps(state, default=str)[:200]
+    except Exception:
+        return ""
+
+
+def save_start_state(ctx: ExecutionContext, app_id: str, sequence_id: int, next_node: str,
+                     state: dict) -> None:
+    """Queue the state before `next_node` ran, as Burr's "failed" status, so that Burr's fork
+    resumes *at* that node (a completed row resumes at the node after it)."""
+    store = ctx.store
+    store.live_contexts[app_id] = ctx
+    try:
+        store.persister().save(PARTITION_KEY, app_id, sequence_id, next_node, State(state), "failed")
+    finally:
+        store.live_contexts.pop(app_id, None)
+
+
+def check_state(state: dict) -> None:
+    bad = [k for k in state if not isinstance(k, str)]
+    if bad:
+        raise InvalidRequest(f"state keys must be strings; got {bad[:3]!r}")
+    for k in state:
+        if "\x00" in k or any(0xD800 <= ord(c) <= 0xDFFF for c in k):
+            raise InvalidRequest(
+                f"state key {k!r} contains a NUL or a lone surrogate; keys must be valid "
+                "Unicode text", field=k,
+            )
+
+
+def start_run(store: Any, heartbeat: Heartbeat, pipeline: Any, state: dict, *,
+              inputs: Optional[dict] = None, halt_before: Optional[list] = None,
+              halt_after: Optional[list] = None, use_cache: bool = True,
+              on_step: Optional[Callable] = None) -> Run:
+    """Record a first run of `pipeline` from its entrypoint on `state`."""
+    check_state(state)
+    if inputs is not None and not isinstance(inputs, dict):
+        raise InvalidRequest(f"inputs must be a dict of runtime inputs, not {type(inputs).__name__}",
+                             field="inputs")
+    halts = Halts.of(pipeline.graph, halt_before, halt_after)
+    run_id = new_run_id()
+    ctx = ExecutionContext(store, run_id, pipeline, use_cache=use_cache, on_step=on_step,
+                           inputs=inputs)
+    ctx.absorb(state)  # raises UnhashableValue naming the field, before anything is written
+    for k, v in (inputs or {}).items():
+        param_hash(v, f"inputs.{k}")  # an input that can never be keyed is refused now
+    started = time.perf_counter()
+    builder = base_builder(ctx, run_id).with_state(**state).with_entrypoint(pipeline.entrypoint)
+    row = {
+        "id": run_id, "pipeline": pipeline.name, "status": str(RunStatus.RUNNING),
+        "graph_id": pipeline.graph_id, "entrypoint": pipeline.entrypoint,
+        "created_at": time.time(), "summary": summarize_state(state),
+        "use_cache": int(bool(use_cache)), "start_seq": -1, "fork_index": 0, **owner_fields(),
+    }
+    save_start_state(ctx, run_id, -1, pipeline.entrypoint, state)
+    ctx.commit(lambda s: s.insert_run(row))
+    ctx.run_row = row
+    return execute(ctx, builder, heartbeat, started, halts)
