@@ -13,7 +13,7 @@ import time
 import types
 from typing import Any, Callable, Iterable, Optional, Sequence
 
-from burr.core.action import FunctionBasedAction, bind
+from burr.core.action import Action, FunctionBasedAction, bind
 
 from .errors import InvalidRequest
 from . import metering
@@ -106,6 +106,48 @@ def action(
     return decorate
 
 
+def _as_policy_action(fn: Callable, policy: Policy) -> Callable:
+    """Re-make the Burr action a decorator attached to `fn` as a `PolicyAction`."""
+    inner = getattr(fn, FunctionBasedAction.ACTION_FUNCTION)
+    setattr(fn, FunctionBasedAction.ACTION_FUNCTION, PolicyAction(
+        inner._fn, inner._reads, inner._writes, inner._bound_params, input_spec=inner._inputs,
+        originating_fn=inner._originating_fn, schema=inner._schema, tags=inner._tags,
+        policy=policy,
+    ))
+    return fn
+
+
+def _pydantic(reads: Sequence[str], writes: Sequence[str], state_input_type: Any = None,
+              state_output_type: Any = None, tags: Optional[list] = None,
+              determinism: str = DETERMINISTIC, ttl: Optional[float] = None,
+              ignore: Iterable[str] = (), version: Optional[str] = None) -> Callable:
+    """`rewind.action.pydantic`: Burr's `action.pydantic` (typed state in and out) with a
+    replay policy."""
+    from burr.integrations.pydantic import pydantic_action
+
+    policy = Policy(determinism, ttl, tuple(ignore), None if version is None else str(version))
+    burr_decorate = pydantic_action(reads=list(reads), writes=list(writes),
+                                    state_input_type=state_input_type,
+                                    state_output_type=state_output_type, tags=tags)
+    return lambda fn: _as_policy_action(burr_decorate(fn), policy)
+
+
+action.pydantic = _pydantic
+
+
+def runtime_input_names(burr_action: Any) -> set:
+    """The runtime inputs a class-based action declares (`inputs`), without Burr's injected
+    `__context`/`__tracer`: a fork's param change naming one replaces that input. (A function
+    action's keyword parameters are params, bound with `.bind()`, not inputs.)"""
+    if (getattr(burr_action, "_originating_fn", None) or getattr(burr_action, "fn", None)) is not None:
+        return set()
+    try:
+        required, optional = burr_action.optional_and_required_inputs
+    except Exception:
+        return set()
+    return {n for n in set(required) | set(optional) if not str(n).startswith("__")}
+
+
 def policy_of(burr_action: Any) -> Policy:
     """The policy of an action; plain Burr actions are deterministic."""
     return getattr(burr_action, "policy", DEFAULT_POLICY)
@@ -115,6 +157,10 @@ def node_params(burr_action: Any) -> dict:
     """The effective default params of an action: signature defaults, then `.bind()` values."""
     fn = getattr(burr_action, "_originating_fn", None) or getattr(burr_action, "fn", None)
     params: dict = {}
+    if fn is None and isinstance(burr_action, Action):
+        from .engine.keys import class_params
+
+        params.update(class_params(burr_action))
     if fn is not None:
         try:
             sig = inspect.signature(fn)
@@ -131,10 +177,13 @@ def node_params(burr_action: Any) -> dict:
 
 
 def param_names(burr_action: Any) -> set:
-    """Every keyword parameter a fork may set on this action."""
+    """Every keyword parameter a fork may set on this action: its function's parameters, or a
+    class-based action's `__init__` keywords, and the runtime inputs it declares."""
     fn = getattr(burr_action, "_originating_fn", None) or getattr(burr_action, "fn", None)
     if fn is None:
-        return set()
+        from .engine.keys import class_params
+
+        return set(class_params(burr_action)) | runtime_input_names(burr_action)
     try:
         sig = inspect.signature(fn)
     except (TypeError, ValueError):
@@ -142,7 +191,7 @@ def param_names(burr_action: Any) -> set:
     return {
         n
         for n, p in sig.parameters.items()
-        if n != "state" and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
+        if n != "state" and not n.startswith("__") and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
     }
 
 

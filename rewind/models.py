@@ -35,6 +35,10 @@ RUN_STATUSES = tuple(s.value for s in RunStatus)
 STEP_STATUSES = tuple(s.value for s in StepStatus)
 
 
+def _present(refs: dict) -> dict:
+    return {k: h for k, h in refs.items() if h is not None}
+
+
 @dataclasses.dataclass
 class Step:
     node: str
@@ -69,15 +73,20 @@ class Step:
     def inputs(self) -> dict:
         """The values of the read fields the node ran on (loaded on first access)."""
         if self._inputs is None:
-            self._inputs = self._loader(self.input_refs) if self._loader else {}
+            self._inputs = self._loader(_present(self.input_refs)) if self._loader else {}
         return self._inputs
 
     @property
     def outputs(self) -> dict:
         """The values the node wrote (loaded on first access)."""
         if self._outputs is None:
-            self._outputs = self._loader(self.output_refs) if self._loader else {}
+            self._outputs = self._loader(_present(self.output_refs)) if self._loader else {}
         return self._outputs
+
+    @property
+    def deleted(self) -> list:
+        """Fields the step removed from the state (a null ref)."""
+        return [k for k, h in self.output_refs.items() if h is None]
 
     @property
     def runtime_inputs(self) -> dict:

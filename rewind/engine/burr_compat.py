@@ -41,3 +41,46 @@ def expand_halts(graph: Any, names: Optional[list]) -> set:
         else:
             out.add(item)
     return out
+
+
+class _ContextCopyingExecutor:
+    """An executor that runs each task in a copy of the submitting thread's contextvars, so a
+    sub-application's model calls are metered into the step that spawned it."""
+
+    def __init__(self, inner: Any):
+        self._inner = inner
+
+    def submit(self, fn, *args, **kwargs):
+        import contextvars
+
+        return self._inner.submit(contextvars.copy_context().run, fn, *args, **kwargs)
+
+    def map(self, fn, *iterables, **kwargs):
+        import contextvars
+
+        ctx = contextvars.copy_context()
+        return self._inner.map(lambda *a: ctx.copy().run(fn, *a), *iterables, **kwargs)
+
+    def shutdown(self, *args, **kwargs):
+        return self._inner.shutdown(*args, **kwargs)
+
+    def __enter__(self):
+        self._inner.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        return self._inner.__exit__(*exc)
+
+
+def metered_context(run_kwargs: dict) -> dict:
+    """`run_kwargs` with Burr's injected ApplicationContext (if any) giving out executors that
+    carry the running step's meter into their worker threads (MapStates, MapActions)."""
+    context = run_kwargs.get("__context")
+    factory = getattr(context, "parallel_executor_factory", None)
+    if context is None or factory is None:
+        return run_kwargs
+    import dataclasses
+
+    wrapped = dataclasses.replace(
+        context, parallel_executor_factory=lambda: _ContextCopyingExecutor(factory()))
+    return {**run_kwargs, "__context": wrapped}

@@ -17,6 +17,7 @@ import time
 from typing import Any, Callable, Optional
 
 from .. import serde
+from ..action import runtime_input_names
 from ..hashing import canonical_parts, is_internal_key, sha256_hex
 from ..models import Step, StepStatus, normalize_overrides, overrides_at
 from .keys import NodeSpec, node_spec
@@ -55,6 +56,7 @@ class StepRecord:
     cache_row: Optional[dict] = None
     readable: dict = dataclasses.field(default_factory=dict, repr=False)  # values, not stored
     integrity_note: Optional[str] = None   # why a cache entry was unusable
+    deleted: list = dataclasses.field(default_factory=list)  # fields a served step removes
 
     def fail(self, error: str) -> None:
         self.status, self.error = StepStatus.FAILED, error
@@ -154,9 +156,15 @@ class ExecutionContext:
     # runtime inputs --------------------------------------------------------------------------
     def inputs_for(self, node: str, occurrence: int) -> dict:
         """The runtime inputs to give Burr for this visit: a fork's recorded ones, else the
-        run's."""
+        run's; a lineage's param change that names a runtime input overrides it."""
         recorded = self.replay_inputs.get((node, occurrence))
-        return dict(recorded) if recorded is not None else dict(self.inputs)
+        inputs = dict(recorded) if recorded is not None else dict(self.inputs)
+        action = self.pipeline.actions.get(node)
+        if action is not None and self.param_overrides.get(node):
+            names = runtime_input_names(action)
+            inputs.update({k: v for k, v in overrides_at(self.param_overrides, node, occurrence).items()
+                           if k in names})
+        return inputs
 
     # the write buffer ------------------------------------------------------------------------
     def flush_pending(self, store: Any) -> None:
@@ -241,6 +249,9 @@ class ExecutionContext:
     def spec(self, node: str, inner: Any, occurrence: int = 1) -> NodeSpec:
         """The node's spec for this visit, with the lineage's param overrides applied."""
         overrides = overrides_at(self.param_overrides, node, occurrence)
+        if overrides:  # those naming runtime inputs reach the node as inputs (`inputs_for`)
+            names = runtime_input_names(inner)
+            overrides = {k: v for k, v in overrides.items() if k not in names}
         key = (node, json.dumps(overrides, sort_keys=True, default=repr)) if overrides else node
         got = self._specs.get(key)
         if got is not None:

@@ -20,6 +20,7 @@ from ..models import Run, RunStatus, StepStatus, normalize_overrides
 from ..store import PARTITION_KEY, pointer_row
 from .context import ExecutionContext
 from .liveness import Heartbeat, owner_fields
+from .persistence import ThreadRoutedPersister
 from .recorder import steps_from_rows
 from .runner import Halts, base_builder, execute, new_run_id, save_start_state
 
@@ -143,7 +144,7 @@ def fork_run(store: Any, heartbeat: Heartbeat, pipeline: Any, parent_row: dict, 
     if use_cache:
         ctx.cache_prefetch = store.cache_get_many(
             [(s.node, s.input_hash) for s in steps[index:] if s.status != StepStatus.FAILED])
-    persister = store.persister()
+    persister = ThreadRoutedPersister(store)
     builder = base_builder(ctx, fork_id).initialize_from(
         persister, resume_at_next_action=True, default_state={},
         default_entrypoint=pipeline.entrypoint, fork_from_app_id=source_app,
@@ -164,7 +165,7 @@ def fork_run(store: Any, heartbeat: Heartbeat, pipeline: Any, parent_row: dict, 
                f"with these edits Burr would resume at {resumes}, not {at!r} (a transition "
                "reads an edited field)")
         raise ForkError(f"{why}; nothing was written", run_id=run_id, node=at)
-    ctx.state_hashes.update(dict(getattr(persister, "last_loaded_refs", {}) or {}))
+    ctx.state_hashes.update(persister.last_loaded_refs)
     if edit:
         ctx.absorb(edit)
     start_state = {k: v for k, v in app.state.get_all().items() if not k.startswith("__")}

@@ -129,12 +129,15 @@ class NodeSpec:
         """Canonical JSON of each written field (raises UnhashableValue naming the field)."""
         return canonical_parts(outputs, self.node)
 
-    def output_hash(self, outputs: dict, parts: Optional[dict] = None) -> str:
+    def output_hash(self, outputs: dict, parts: Optional[dict] = None, deleted: Any = ()) -> str:
+        """The hash of what the step wrote (and, when it removed fields, which)."""
         ignore = self.policy.ignore
         if ignore:
             stripped = {k: v for k, v in outputs.items() if k not in ignore}
-            return canonical_hash(strip_ignored(stripped, ignore))
-        return sha256_hex(join_parts(parts if parts is not None else self.output_parts(outputs)))
+            h = canonical_hash(strip_ignored(stripped, ignore))
+        else:
+            h = sha256_hex(join_parts(parts if parts is not None else self.output_parts(outputs)))
+        return combine({"written": h, "deleted": sorted(deleted)}) if deleted else h
 
     def output_field_hashes(self, outputs: dict) -> dict:
         """Per-field output hashes consistent with `output_hash`: a field varies here iff the

@@ -29,13 +29,35 @@ from . import burr_compat
 
 
 class ReadGuard(State):
-    """The part of the state a node may read; any other key is an `UndeclaredRead`."""
+    """The part of the state a node may read; any other key is an `UndeclaredRead`. States
+    derived from it are guards too, and share a note of whether the node wiped with `keep=`
+    (Burr then deletes every key missing from what the node returns, not only the view's)."""
 
-    def __init__(self, values: dict, node: str, readable: Any, typing_system: Any = None):
+    def __init__(self, values: dict, node: str, readable: Any, typing_system: Any = None,
+                 notes: Optional[dict] = None):
         super().__init__(values, typing_system=typing_system) if typing_system is not None \
             else super().__init__(values)
         self._rw_node = node
         self._rw_readable = frozenset(readable)
+        self._rw_notes = notes if notes is not None else {}
+
+    def _derived(self, state: State) -> "ReadGuard":
+        return ReadGuard(state.get_all(), self._rw_node, self._rw_readable,
+                         getattr(state, "typing_system", None), self._rw_notes)
+
+    def apply_operation(self, operation: Any) -> "ReadGuard":
+        return self._derived(super().apply_operation(operation))
+
+    def wipe(self, delete: Optional[list] = None, keep: Optional[list] = None) -> "ReadGuard":
+        if keep is not None:
+            self._rw_notes["kept_only"] = True
+        return self._derived(super().wipe(delete=delete, keep=keep))
+
+    def merge(self, other: State) -> "ReadGuard":
+        return self._derived(super().merge(other))
+
+    def subset(self, *keys: str, ignore_missing: bool = True) -> "ReadGuard":
+        return self._derived(super().subset(*keys, ignore_missing=ignore_missing))
 
     def __getitem__(self, key: str) -> Any:
         if key not in self._state and key not in self._rw_readable and not is_internal_key(key):
@@ -62,7 +84,7 @@ class NodeResult:
 
     result: dict                # what Burr sees as the action's result
     outputs: dict               # the written fields (a Result node: the fields it returns)
-    deleted: list               # readable fields the node removed from the state
+    deleted: list               # fields the node removed from the state
     meter: StepMeter
 
 
@@ -110,7 +132,7 @@ def execute_node(node: str, runner: Any, readable: dict, reads: list, writes: li
     view = guarded_view(node, readable, reads, writes, state)
     meter = meter if meter is not None else StepMeter(node=node, tool_store=tool_store)
     with metering(meter):
-        result, new_state = call_action(runner, view, dict(run_kwargs or {}))
+        result, new_state = call_action(runner, view, burr_compat.metered_context(dict(run_kwargs or {})))
     if not isinstance(new_state, State):
         raise RewindError(
             f"node {node!r} returned {type(new_state).__name__} as its state; return a burr "
@@ -121,7 +143,11 @@ def execute_node(node: str, runner: Any, readable: dict, reads: list, writes: li
         # a node that writes nothing (Burr's Result): what it returns is what it produced
         outputs = {k: v for k, v in result.items() if not is_internal_key(k)}
     present = set(new_state.keys())
-    deleted = [k for k in readable if k not in present and not is_internal_key(k)]
+    if view._rw_notes.get("kept_only") and state is not None:
+        # the node kept only what it returned: so does Burr, over the whole state
+        deleted = sorted(k for k in state.keys() if k not in present and not is_internal_key(k))
+    else:
+        deleted = [k for k in readable if k not in present and not is_internal_key(k)]
     return NodeResult(result=result if isinstance(result, dict) else dict(outputs),
                       outputs=outputs, deleted=deleted, meter=meter)
 

@@ -94,7 +94,7 @@ class ReplayAction(SingleStepAction):
                     outputs = self._serve(ctx, record, entry)
         if outputs is not None:
             record.latency_ms = (time.perf_counter() - started) * 1000
-            return dict(outputs), apply_outputs(state, outputs, spec.writes)
+            return dict(outputs), apply_outputs(state, outputs, spec.writes, record.deleted)
         return self._execute(ctx, spec, record, state, run_kwargs, entry, expired, started)
 
     # --- the four parts of a visit --------------------------------------------------------------
@@ -117,8 +117,9 @@ class ReplayAction(SingleStepAction):
         parent = ctx.parent_step(spec.node, record.occurrence)
         record.status = StepStatus.DRY_RUN
         if parent is not None and parent.input_hash == record.input_hash and parent.output_refs:
-            outputs = ctx.store.values(parent.output_refs)
-            ctx.note_served(parent.output_refs, outputs)
+            refs = {k: h for k, h in parent.output_refs.items() if h is not None}
+            outputs = ctx.store.values(refs)
+            ctx.note_served(refs, outputs)
             record.reason = (
                 f"dry-run: the effect already happened with these exact inputs in run "
                 f"{ctx.parent_id}; its recorded outputs are reused"
@@ -137,7 +138,7 @@ class ReplayAction(SingleStepAction):
     def _serve(self, ctx: ExecutionContext, record: StepRecord, entry: dict) -> Optional[dict]:
         try:
             refs = json.loads(entry["outputs"])
-            outputs = ctx.store.values(refs)
+            outputs = ctx.store.values({k: h for k, h in refs.items() if h is not None})
         except RewindError as e:  # an unreadable entry is a miss, and the reason says why
             logger.warning("cache entry for %s unusable: %s", record.node, e)
             record.integrity_note = str(e)
@@ -150,9 +151,13 @@ class ReplayAction(SingleStepAction):
                          if entry["source_run"] else "cache hit")
         ctx.pending_hits.append((record.node, record.input_hash))
         for k, h in refs.items():
-            ctx.state_hashes[k] = h
+            if h is None:
+                ctx.state_hashes.pop(k, None)
+            else:
+                ctx.state_hashes[k] = h
         record.outputs = refs
         record.output_hash = entry["output_hash"]
+        record.deleted = [k for k, h in refs.items() if h is None]
         return outputs
 
     def _execute(self, ctx: ExecutionContext, spec: NodeSpec, record: StepRecord, state: State,
@@ -172,7 +177,7 @@ class ReplayAction(SingleStepAction):
         try:
             done = execute_node(spec.node, spec.runner, record.readable, spec.reads, spec.writes,
                                 run_kwargs, state, meter=meter)
-            self._finish_outputs(ctx, spec, record, done.outputs)
+            self._finish_outputs(ctx, spec, record, done.outputs, done.deleted)
         except BaseException as e:
             record.prompt_tokens, record.completion_tokens = meter.prompt_tokens, meter.completion_tokens
             record.fail(f"{type(e).__name__}: {e}")
@@ -188,7 +193,7 @@ class ReplayAction(SingleStepAction):
     # --- outputs -------------------------------------------------------------------------------
     @staticmethod
     def _finish_outputs(ctx: ExecutionContext, spec: NodeSpec, record: StepRecord,
-                        outputs: dict) -> None:
+                        outputs: dict, deleted: tuple = ()) -> None:
         parts = spec.output_parts(outputs)  # UnhashableValue names the field
         out_refs = {}
         for k, part in parts.items():
@@ -198,7 +203,10 @@ class ReplayAction(SingleStepAction):
                 ctx.new_blobs[h] = serde.encode(outputs[k], k)
             if k in spec.writes:
                 ctx.state_hashes[k] = h
-        record.output_hash = spec.output_hash(outputs, parts)
+        record.output_hash = spec.output_hash(outputs, parts, deleted)
+        for k in deleted:  # a null ref: the step removed the field (replayed on a hit)
+            out_refs[k] = None
+            ctx.state_hashes.pop(k, None)
         record.outputs = out_refs
 
     @staticmethod

@@ -23,6 +23,7 @@ from . import burr_compat
 from .context import CURRENT, ExecutionContext
 from .keys import param_hash
 from .liveness import Heartbeat, owner_fields
+from .persistence import ThreadRoutedPersister
 from .recorder import StepRecorder
 
 MAX_STEPS = 10_000
@@ -130,7 +131,7 @@ def base_builder(ctx: ExecutionContext, run_id: str) -> ApplicationBuilder:
         .with_graph(ctx.pipeline.wrapped_graph())
         .with_hooks(StepRecorder(ctx))
         .with_identifiers(app_id=run_id, partition_key=PARTITION_KEY)
-        .with_state_persister(ctx.store.persister())
+        .with_state_persister(ThreadRoutedPersister(ctx.store))
     )
 
 
