@@ -22,6 +22,7 @@ import dataclasses
 import datetime
 import decimal
 import enum
+import hashlib
 import importlib
 import io
 import json
@@ -272,6 +273,14 @@ def encode(value: Any, field: str = "value") -> bytes:
         ) from None
     except (TypeError, ValueError) as e:
         raise UnhashableValue(f"`{field}` cannot be stored: {e}") from None
+
+
+def blob_ref(data: bytes) -> str:
+    """The address to store `encode`'s bytes under: their own sha256. Values that share a
+    canonical hash (a tuple and a list, a date and its ISO string, 1 and 1.0) encode apart, so
+    keyed by this they never share a stored copy; for canonical JSON bytes (most plain data)
+    it equals the value's canonical hash."""
+    return hashlib.sha256(data).hexdigest()
 
 
 # --- decoding -------------------------------------------------------------------------------
