@@ -20,217 +20,20 @@ Nothing process-specific enters a fingerprint: names, source text, canonical val
 from __future__ import annotations
 
 import builtins
-import dis
 import functools
 import importlib
-import importlib.metadata
 import importlib.util
 import inspect
-import os
 import sys
-import sysconfig
 import threading
 import types
 from typing import Any, Callable, Optional
 
 from . import hashing
-
-USER, STDLIB, PACKAGE, FRAMEWORK = "user", "stdlib", "package", "rewind"
-
-_LOCK = threading.Lock()
-_KINDS: dict = {}
-_VERSIONS: dict = {}
-_DISTS: Optional[dict] = None
-_STDLIB_DIRS = tuple(
-    os.path.realpath(p) + os.sep
-    for p in {sysconfig.get_paths().get(k) for k in ("stdlib", "platstdlib")} if p
+from .bytecode import code_text as _code_text, names_used as _names_used, scan as _scan
+from .codeorigin import (  # noqa: F401  (re-exported: hashing keys params with them)
+    FRAMEWORK, PACKAGE, STDLIB, USER, distribution_of, module_kind, type_name, version_of,
 )
-_SITE_PARTS = ("site-packages", "dist-packages")
-
-
-def module_kind(name: str) -> str:
-    """`user`, `stdlib`, `package` (installed) or `rewind` (the framework) for a module name."""
-    got = _KINDS.get(name)
-    if got is None:
-        got = _KINDS[name] = _classify(name)
-    return got
-
-
-def _classify(name: str) -> str:
-    if not name:
-        return USER
-    top = name.partition(".")[0]
-    if top == "rewind":
-        return FRAMEWORK
-    if top in sys.stdlib_module_names or name in sys.builtin_module_names or top == "builtins":
-        return STDLIB
-    mod = sys.modules.get(name)
-    where = getattr(mod, "__file__", None) if mod is not None else None
-    if where is None and mod is not None:
-        where = next(iter(getattr(mod, "__path__", None) or ()), None)
-    if where is None and mod is None:
-        try:
-            spec = importlib.util.find_spec(name)
-        except (ImportError, ValueError):
-            spec = None
-        where = spec.origin if spec is not None and spec.origin not in (None, "built-in", "frozen") else None
-    if where is None:
-        return USER  # made at run time (exec, types.ModuleType): nothing installed owns it
-    real = os.path.realpath(where)
-    if any(part in _SITE_PARTS for part in real.split(os.sep)):
-        return PACKAGE
-    if real.startswith(_STDLIB_DIRS):
-        return STDLIB
-    return USER
-
-
-def distribution_of(module: str) -> tuple:
-    """(distribution name, version) of the installed package that provides `module`; the
-    import name and "unknown" when no distribution claims it. Looked up once per name."""
-    top = module.partition(".")[0]
-    got = _VERSIONS.get(top)
-    if got is None:
-        global _DISTS
-        with _LOCK:
-            if _DISTS is None:
-                try:
-                    _DISTS = importlib.metadata.packages_distributions()
-                except Exception:
-                    _DISTS = {}
-        dist = sorted(_DISTS.get(top) or [top])[0]
-        try:
-            version = importlib.metadata.version(dist)
-        except Exception:
-            version = "unknown"
-        got = _VERSIONS[top] = (dist, version)
-    return got
-
-
-def version_of(module: str) -> Optional[str]:
-    """`dist==version` for a module of an installed package, else None."""
-    if module_kind(module) != PACKAGE:
-        return None
-    dist, version = distribution_of(module)
-    return f"{dist}=={version}"
-
-
-def type_name(t: Any) -> str:
-    return f"{getattr(t, '__module__', '?')}.{getattr(t, '__qualname__', getattr(t, '__name__', '?'))}"
-
-
-# --- spelling code --------------------------------------------------------------------------
-
-# A function object's source never changes, so it is read once.
-_SOURCES: dict = {}
-
-
-def _const_spelling(c: Any) -> str:
-    if isinstance(c, types.CodeType):
-        return _code_spelling(c)
-    if isinstance(c, (tuple, frozenset)):
-        items = [_const_spelling(x) for x in c]
-        return ("(" if isinstance(c, tuple) else "frozenset(") + ",".join(
-            items if isinstance(c, tuple) else sorted(items)) + ")"
-    return repr(c)
-
-
-def _code_spelling(code: types.CodeType) -> str:
-    """Bytecode and constants, with no memory address (a nested code object's repr has one)."""
-    return code.co_code.hex() + _const_spelling(code.co_consts)
-
-
-def _code_text(fn: Any) -> str:
-    try:
-        got = _SOURCES.get(fn)
-    except TypeError:
-        got = None
-    if got is not None:
-        return got
-    try:
-        got = inspect.getsource(fn)
-    except (OSError, TypeError):
-        code = getattr(fn, "__code__", None)
-        if isinstance(code, types.CodeType):
-            got = _code_spelling(code)
-        else:
-            got = repr(getattr(fn, "__qualname__", type(fn).__name__))
-    try:
-        _SOURCES[fn] = got
-    except TypeError:
-        pass
-    return got
-
-
-def _names_used(code: types.CodeType) -> set:
-    names = set(code.co_names)
-    for const in code.co_consts:
-        if isinstance(const, types.CodeType):
-            names |= _names_used(const)
-    return names
-
-
-_ATTR_OPS = ("LOAD_ATTR", "LOAD_METHOD")
-_SKIP_OPS = ("EXTENDED_ARG", "CACHE", "NOP", "PRECALL")
-_SCANS: dict = {}
-
-
-def _scan(code: types.CodeType) -> tuple:
-    """(attribute chains, local imports) of a code object and the code nested in it.
-
-    A chain is (kind, name, attrs): `prompts.SYSTEM` is ("g", "prompts", ["SYSTEM"]); kind "d"
-    starts at a closure cell, "l" at a local bound by an import in the function. A local import
-    is (local name, module, level, attr or None)."""
-    got = _SCANS.get(code)
-    if got is not None:
-        return got
-    chains: list = []
-    imports: list = []
-    local_mods: set = set()
-
-    def walk(c: types.CodeType) -> None:
-        cur = None
-        consts: list = [None, None]
-        pending = None  # [module, level, attr]
-        for ins in dis.get_instructions(c):
-            op = ins.opname
-            if op in _SKIP_OPS:
-                continue
-            if op in _ATTR_OPS and cur is not None:
-                cur[2].append(ins.argval)
-                continue
-            if cur is not None and cur[2]:
-                chains.append((cur[0], cur[1], tuple(cur[2])))
-            cur = None
-            if op in ("LOAD_GLOBAL", "LOAD_NAME"):
-                cur = ("g", ins.argval, [])
-            elif op in ("LOAD_DEREF", "LOAD_CLASSDEREF"):
-                cur = ("l" if ins.argval in local_mods else "d", ins.argval, [])
-            elif op.startswith("LOAD_FAST") and ins.argval in local_mods:
-                cur = ("l", ins.argval, [])
-            elif op == "IMPORT_NAME":
-                level = consts[-2] if isinstance(consts[-2], int) else 0
-                pending = [ins.argval, level, None]
-            elif op == "IMPORT_FROM" and pending is not None:
-                pending[2] = ins.argval
-            elif op.startswith("STORE_") and pending is not None:
-                imports.append((ins.argval, pending[0], pending[1], pending[2]))
-                local_mods.add(ins.argval)
-                if pending[2] is None:
-                    pending = None
-            elif op != "POP_TOP":
-                pending = None if op != "IMPORT_FROM" else pending
-            if op == "LOAD_CONST":
-                consts.append(ins.argval)
-        if cur is not None and cur[2]:
-            chains.append((cur[0], cur[1], tuple(cur[2])))
-        for const in c.co_consts:
-            if isinstance(const, types.CodeType):
-                walk(const)
-
-    walk(code)
-    got = _SCANS[code] = (tuple(chains), tuple(imports))
-    return got
-
 
 # --- reaching -------------------------------------------------------------------------------
 
@@ -238,7 +41,13 @@ _MISSING = object()
 
 
 def _unit(obj: Any) -> str:
-    return f"{getattr(obj, '__module__', None) or '?'}.{getattr(obj, '__qualname__', None) or getattr(obj, '__name__', '?')}"
+    """A unit's stable name: `module.qualname` (`helpers.clean`, `kact.Tagger.run`)."""
+    if isinstance(obj, functools.partial):
+        return f"partial({_unit(obj.func)})"
+    qual = getattr(obj, "__qualname__", None)
+    if not isinstance(qual, str):  # an instance: named after its class
+        return f"{_unit(type(obj))}()"
+    return f"{getattr(obj, '__module__', None) or '?'}.{qual}"
 
 
 def _legacy_constant(value: Any) -> Any:
