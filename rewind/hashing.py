@@ -202,8 +202,17 @@ def _pandas_column(np: Any, col: Any, path: str, depth: int, how: tuple) -> dict
         return {"dtype": dtype, "data": _ndarray_canon(np, arr, path, depth, how)}
     import pandas as pd
 
-    items = [None if (not isinstance(v, (list, dict)) and pd.isna(v) is True) else v for v in col.tolist()]
+    items = [None if _is_na(pd, v) else v for v in col.tolist()]
     return {"dtype": dtype, "items": _canon(items, path, depth + 1, how)}
+
+
+def _is_na(pd: Any, v: Any) -> bool:
+    if isinstance(v, (list, tuple, dict, set, frozenset)):
+        return False
+    try:
+        return bool(pd.isna(v))
+    except (TypeError, ValueError):
+        return False
 
 
 def _burr_serialized(value: Any) -> Optional[dict]:
