@@ -14,10 +14,10 @@ import datetime
 import decimal
 import enum
 import hashlib
-import inspect
 import json
 import math
-import types
+import pathlib
+import sys
 import uuid
 from typing import Any, Callable, Iterable, Optional
 
@@ -42,6 +42,17 @@ def _path(parent: str, key: Any) -> str:
 
 def to_canonical(value: Any, path: str = "value", depth: int = 0) -> Any:
     """Turn `value` into plain JSON data with one spelling per value, or raise naming `path`."""
+    return _canon(value, path, depth, _EXTENDED)
+
+
+# How far `_canon` goes: the legacy set (what hashed before numpy, paths, registered types and
+# non-scalar dict keys got encodings; code fingerprints spell constants with it so their hashes
+# stay put) or everything, and what to do with an object that has no encoding (raise, or key it).
+_LEGACY = (False, None)
+_EXTENDED = (True, None)
+
+
+def _canon(value: Any, path: str, depth: int, how: tuple) -> Any:
     if depth > 500:
         raise UnhashableValue(f"`{path}` is nested more than 500 levels deep; flatten it")
     if isinstance(value, _PRIMITIVES):
@@ -50,8 +61,13 @@ def to_canonical(value: Any, path: str = "value", depth: int = 0) -> Any:
         if isinstance(value, bool) or value is None:
             return value
         if isinstance(value, enum.Enum):
-            return to_canonical(value.value, path, depth + 1)
+            return _canon(value.value, path, depth + 1, how)
         return int(value)
+    extended = how[0]
+    if extended and _REGISTERED:
+        hook = _registered_encoder(type(value))
+        if hook is not None:
+            return _canon(hook(value), path, depth + 1, how)
     if isinstance(value, float):
         if math.isnan(value) or math.isinf(value):
             raise UnhashableValue(
@@ -66,18 +82,20 @@ def to_canonical(value: Any, path: str = "value", depth: int = 0) -> Any:
             if isinstance(k, enum.Enum):
                 k = k.value
             if not isinstance(k, (str, int, float, bool)) and k is not None:
+                if extended:
+                    return _canon_items(value, path, depth, how)
                 raise UnhashableValue(
                     f"`{path}` has a key of type {type(k).__name__}; only str/int/float/bool keys hash"
                 )
             sk = k if isinstance(k, str) else json.dumps(k)
             if sk in out:
                 raise UnhashableValue(f"`{path}` has two keys that both spell {sk!r}")
-            out[sk] = to_canonical(v, _path(path, sk), depth + 1)
+            out[sk] = _canon(v, _path(path, sk), depth + 1, how)
         return out
     if isinstance(value, (list, tuple)):
-        return [to_canonical(v, f"{path}[{i}]", depth + 1) for i, v in enumerate(value)]
+        return [_canon(v, f"{path}[{i}]", depth + 1, how) for i, v in enumerate(value)]
     if isinstance(value, (set, frozenset)):
-        items = [to_canonical(v, f"{path}{{}}", depth + 1) for v in value]
+        items = [_canon(v, f"{path}{{}}", depth + 1, how) for v in value]
         return sorted(items, key=lambda x: _ENCODER.encode(x))
     if isinstance(value, (datetime.datetime, datetime.date, datetime.time)):
         return value.isoformat()
@@ -92,21 +110,137 @@ def to_canonical(value: Any, path: str = "value", depth: int = 0) -> Any:
     if isinstance(value, uuid.UUID):
         return str(value)
     if isinstance(value, enum.Enum):
-        return to_canonical(value.value, path, depth + 1)
+        return _canon(value.value, path, depth + 1, how)
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return to_canonical(
-            {f.name: getattr(value, f.name) for f in dataclasses.fields(value)}, path, depth + 1
+        return _canon(
+            {f.name: getattr(value, f.name) for f in dataclasses.fields(value)}, path, depth + 1, how
         )
     model_dump = getattr(value, "model_dump", None)
     if callable(model_dump) and not isinstance(value, type):  # pydantic v2
-        return to_canonical(model_dump(mode="python"), path, depth + 1)
-    if hasattr(value, "_asdict") and callable(value._asdict):  # namedtuple-like
-        return to_canonical(dict(value._asdict()), path, depth + 1)
+        return _canon(model_dump(mode="python"), path, depth + 1, how)
+    if hasattr(value, "_asdict") and callable(value._asdict) and not isinstance(value, type):
+        return _canon(dict(value._asdict()), path, depth + 1, how)
+    if extended:
+        got = _canon_extended(value, path, depth, how)
+        if got is not _MISSING:
+            return got
+        if how[1] is not None:
+            return how[1](value, path, depth)
     raise UnhashableValue(
         f"`{path}` is a {type(value).__module__}.{type(value).__qualname__}, which has no "
         "deterministic encoding; store plain data (dict, list, str, numbers), a dataclass or a "
-        "pydantic model in state instead"
+        "pydantic model in state instead, or give the type an encoding with "
+        "`rewind.register_type(cls, encode, decode)`"
     )
+
+
+_MISSING = object()
+
+
+def _canon_items(value: dict, path: str, depth: int, how: tuple) -> dict:
+    """A dict with keys JSON cannot spell (tuples, dates, numpy ints): its items, sorted."""
+    items = [
+        [_canon(k, f"{path}<key>", depth + 1, how), _canon(v, _path(path, repr(k)), depth + 1, how)]
+        for k, v in value.items()
+    ]
+    items.sort(key=lambda kv: _ENCODER.encode(kv[0]))
+    for a, b in zip(items, items[1:]):
+        if _ENCODER.encode(a[0]) == _ENCODER.encode(b[0]):
+            raise UnhashableValue(f"`{path}` has two keys that both spell {a[0]!r}")
+    return {"__items__": items}
+
+
+def _canon_extended(value: Any, path: str, depth: int, how: tuple) -> Any:
+    """Encodings added after the legacy set: numpy, pandas, paths, types registered with Burr's
+    serde. `_MISSING` when none applies."""
+    np = sys.modules.get("numpy")
+    if np is not None:
+        if isinstance(value, np.ndarray):
+            return {"__ndarray__": _ndarray_canon(np, value, path, depth, how)}
+        if isinstance(value, np.generic):
+            return _canon(value.item(), path, depth + 1, how)
+    pd = sys.modules.get("pandas")
+    if pd is not None:
+        if isinstance(value, pd.DataFrame):
+            return {"__dataframe__": {
+                "columns": _canon(list(value.columns), f"{path}.columns", depth + 1, how),
+                "index": _pandas_column(np, value.index, f"{path}.index", depth, how),
+                "data": [
+                    _pandas_column(np, value.iloc[:, i], f"{path}.{c}", depth, how)
+                    for i, c in enumerate(value.columns)
+                ],
+            }}
+        if isinstance(value, pd.Series):
+            return {"__series__": {
+                "name": _canon(value.name, f"{path}.name", depth + 1, how),
+                "index": _pandas_column(np, value.index, f"{path}.index", depth, how),
+                "data": _pandas_column(np, value, path, depth, how),
+            }}
+    if isinstance(value, pathlib.PurePath):
+        return {"__path__": str(value)}
+    burr = _burr_serialized(value)
+    if burr is not None:
+        return _canon(burr, path, depth + 1, how)
+    return _MISSING
+
+
+def _ndarray_canon(np: Any, a: Any, path: str, depth: int, how: tuple) -> dict:
+    descr = np.lib.format.dtype_to_descr(a.dtype)
+    out = {"dtype": _canon(descr, path, depth + 1, how), "shape": list(a.shape)}
+    if a.dtype.hasobject:
+        out["items"] = _canon(a.tolist(), path, depth + 1, how)
+    else:
+        out["data"] = base64.b64encode(np.ascontiguousarray(a).tobytes()).decode("ascii")
+    return out
+
+
+def _pandas_column(np: Any, col: Any, path: str, depth: int, how: tuple) -> dict:
+    """One column (or index) of a frame: its dtype and values; missing values spell as None."""
+    dtype = str(col.dtype)
+    arr = getattr(col, "values", col)
+    if np is not None and isinstance(arr, np.ndarray) and not arr.dtype.hasobject:
+        return {"dtype": dtype, "data": _ndarray_canon(np, arr, path, depth, how)}
+    import pandas as pd
+
+    items = [None if _is_na(pd, v) else v for v in col.tolist()]
+    return {"dtype": dtype, "items": _canon(items, path, depth + 1, how)}
+
+
+def _is_na(pd: Any, v: Any) -> bool:
+    if isinstance(v, (list, tuple, dict, set, frozenset)):
+        return False
+    try:
+        return bool(pd.isna(v))
+    except (TypeError, ValueError):
+        return False
+
+
+def _burr_serialized(value: Any) -> Optional[dict]:
+    """What a serializer registered with Burr's serde (`burr.core.serde.serialize.register`)
+    makes of `value`, when one is registered for its type and makes a tagged dict."""
+    from burr.core import serde as burr_serde
+
+    fn = burr_serde.serialize.dispatch(type(value))
+    if fn is burr_serde.serialize.dispatch(object):
+        return None
+    try:
+        got = fn(value)
+    except Exception:
+        return None
+    return got if isinstance(got, dict) and burr_serde.KEY in got else None
+
+
+# Users' own encoders, by type (filled by `rewind.serde.register_type`): hashing spells a
+# registered value as whatever its encoder returns.
+_REGISTERED: dict = {}
+
+
+def _registered_encoder(t: type) -> Optional[Callable]:
+    for base in t.__mro__:
+        got = _REGISTERED.get(base)
+        if got is not None:
+            return got
+    return None
 
 
 def _find_bad_unicode(value: Any, path: str) -> Optional[str]:
@@ -249,139 +383,44 @@ def combine(parts: dict) -> str:
     return canonical_hash(parts)
 
 
-# --- code fingerprints --------------------------------------------------------------------
-
-# A function object's source never changes, so it is read once; the constants, closure values
-# and helpers it names can be rebound at any time, so they are looked up on every fingerprint.
-_SOURCES: dict = {}
+# --- params and runtime inputs ---------------------------------------------------------------
 
 
-def _constant_value(value: Any) -> Any:
-    """The hashable spelling of a module-level constant or closure value, or None to skip it."""
-    if isinstance(value, (types.ModuleType, type)):
-        return None
-    if callable(value):
-        return None
+def param_hash(value: Any, where: str = "value") -> str:
+    """The key of a `.bind()` value or runtime input: `canonical_hash(value)` for every value
+    that has one (so those keys never change); otherwise a function by its code fingerprint,
+    an object with a `rewind_key` attribute or method by that key, anything else by its type's
+    qualified name and, for an installed package's type, that package's version. Raises
+    `UnhashableValue` only for what can never be keyed: NaN, infinities, invalid Unicode."""
     try:
-        return to_canonical(value)
-    except Exception:
-        return None
+        data = value if _is_plain(value) else _canon(value, where, 0, (True, _object_key))
+        return sha256_hex(_ENCODER.encode(data).encode("utf-8"))
+    except RecursionError:
+        raise UnhashableValue(f"`{where}` is nested too deeply to hash; flatten it") from None
+    except UnicodeEncodeError:
+        raise UnhashableValue(
+            f"`{where}` contains invalid Unicode (a lone surrogate); it cannot be encoded as UTF-8"
+        ) from None
 
 
-def _code_text(fn: Callable) -> str:
-    try:
-        got = _SOURCES.get(fn)
-    except TypeError:
-        got = None
-    if got is not None:
-        return got
-    try:
-        got = inspect.getsource(fn)
-    except (OSError, TypeError):
-        code = getattr(fn, "__code__", None)
-        if code is None:
-            got = repr(getattr(fn, "__qualname__", type(fn).__name__))
-        else:
-            got = code.co_code.hex() + repr(code.co_consts)
-    try:
-        _SOURCES[fn] = got
-    except TypeError:
-        pass
-    return got
+def _object_key(value: Any, path: str, depth: int) -> Any:
+    from . import fingerprint
+
+    how = (True, _object_key)
+    has_key = "rewind_key" in (getattr(value, "__dict__", None) or {}) or hasattr(
+        type(value), "rewind_key"
+    )
+    if has_key:
+        key = value.rewind_key
+        if callable(key):
+            key = key()
+        return {"__key__": fingerprint.type_name(type(value)),
+                "v": _canon(key, f"{path}.rewind_key", depth + 1, how)}
+    if fingerprint.is_code(value):
+        return {"__code__": fingerprint.code_key(value)}
+    return {"__type__": fingerprint.type_name(type(value)),
+            "dist": fingerprint.version_of(type(value).__module__)}
 
 
-def _names_used(code: types.CodeType) -> set:
-    names = set(code.co_names)
-    for const in code.co_consts:
-        if isinstance(const, types.CodeType):
-            names |= _names_used(const)
-    return names
-
-
-_MISSING = object()
-
-
-def _named_values(fn: Callable) -> list:
-    """[(function, name, value, where)] for every global and closure value the function and the
-    same-module helpers it calls name, helpers followed, in a stable order. `where` says how to
-    read the binding again: ("g", globals, name) or ("c", cell); None for a function's own code."""
-    seen: set = set()
-    out: list = []
-
-    def visit(f: Callable) -> None:
-        f = inspect.unwrap(f) if callable(f) else f
-        if id(f) in seen:
-            return
-        seen.add(id(f))
-        out.append((f, None, None, None))
-        code = getattr(f, "__code__", None)
-        if code is None:
-            return
-        g = getattr(f, "__globals__", {})
-        named = [(n, g[n], ("g", g, n)) for n in sorted(_names_used(code)) if n in g]
-        for cell_name, cell in zip(code.co_freevars, f.__closure__ or ()):
-            try:
-                named.append((cell_name, cell.cell_contents, ("c", cell)))
-            except ValueError:
-                continue
-        for name, value, where in named:
-            if inspect.isfunction(value) and (
-                value.__module__ == getattr(f, "__module__", None) or where[0] == "c"
-            ):
-                out.append((f, name, value, where))  # a rebound helper changes the plan
-                visit(value)
-            else:
-                out.append((f, name, value, where))
-
-    visit(fn)
-    return out
-
-
-def _read_binding(where: tuple) -> Any:
-    if where[0] == "g":
-        return where[1].get(where[2], _MISSING)
-    try:
-        return where[1].cell_contents
-    except ValueError:
-        return _MISSING
-
-
-# (fn, version) -> (bindings to re-read, the objects they were bound to, digest)
-_FINGERPRINTS: dict = {}
-
-
-def code_fingerprint(fn: Callable, version: Optional[str] = None) -> str:
-    """Hash of a node's source, the module constants and closure values it names, and `version`.
-
-    Functions of the same module that the node calls are followed too, so editing a helper or
-    rebinding a prompt constant invalidates the cache instead of serving a stale output. Values
-    are spelled again when a name is bound to a new object; a mutable global the node only
-    mutates in place (a call log, a counter) keeps its first spelling, so it never makes every
-    run miss.
-    """
-    try:
-        memo = _FINGERPRINTS.get((fn, version))
-    except TypeError:
-        memo = None
-    if memo is not None:
-        wheres, objects, digest = memo
-        if all(_read_binding(w) is o for w, o in zip(wheres, objects)):
-            return digest
-    named = _named_values(fn)
-    parts: list = []
-    for f, name, value, _where in named:
-        if name is None:
-            parts.append(_code_text(f))
-            continue
-        if inspect.isfunction(value):
-            continue  # followed: its code and names are parts of their own
-        spelled = _constant_value(value)
-        if spelled is not None:
-            parts.append([name, spelled])
-    digest = canonical_hash({"code": parts, "version": version})
-    bound = [(w, v) for _f, name, v, w in named if name is not None]
-    try:
-        _FINGERPRINTS[(fn, version)] = ([w for w, _ in bound], [v for _, v in bound], digest)
-    except TypeError:
-        pass
-    return digest
+# Code fingerprints live in `fingerprint`; these names stay importable from here.
+from .fingerprint import code_fingerprint, describe_fingerprint  # noqa: E402,F401

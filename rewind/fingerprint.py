@@ -1,0 +1,433 @@
+"""Code fingerprints: the part of a node's key that says which code (and which constants the code
+names) produced its output, so an edit anywhere the node reaches in the user's code is a miss.
+
+Two layers, hashed together:
+- the legacy layer, unchanged since caches were first written (tests/test_golden.py): the
+  node's source, the module-level constants and closure values it names, the same-module
+  helpers and closure functions it calls, followed;
+- the reach layer, present only when it is not empty, so a node that reaches nothing more keeps
+  its old key: attributes read from other user modules (`prompts.SYSTEM`), helpers in other
+  user modules (transitively, cycles cut), the methods and user-code bases of classes (class-
+  based actions included) with what they use, bound methods' instances, partials' arguments,
+  and the version of every installed package the code uses.
+
+"User code" is anything outside the standard library and installed packages (site-packages,
+dist-packages). Rewind's own modules are the framework: never followed and never versioned,
+so upgrading Rewind does not invalidate every cache (the golden test guards its hashes).
+Nothing process-specific enters a fingerprint: names, source text, canonical values only.
+"""
+
+from __future__ import annotations
+
+import builtins
+import functools
+import importlib
+import importlib.util
+import inspect
+import sys
+import threading
+import types
+from typing import Any, Callable, Optional
+
+from . import hashing
+from .bytecode import code_text as _code_text, names_used as _names_used, scan as _scan
+from .codeorigin import (  # noqa: F401  (re-exported: hashing keys params with them)
+    FRAMEWORK, PACKAGE, STDLIB, USER, distribution_of, module_kind, type_name, version_of,
+)
+
+# --- reaching -------------------------------------------------------------------------------
+
+_MISSING = object()
+
+
+def _unit(obj: Any) -> str:
+    """A unit's stable name: `module.qualname` (`helpers.clean`, `kact.Tagger.run`)."""
+    if isinstance(obj, functools.partial):
+        return f"partial({_unit(obj.func)})"
+    qual = getattr(obj, "__qualname__", None)
+    if not isinstance(qual, str):  # an instance: named after its class
+        return f"{_unit(type(obj))}()"
+    return f"{getattr(obj, '__module__', None) or '?'}.{qual}"
+
+
+def _legacy_constant(value: Any) -> Any:
+    """The spelling the legacy layer gives a constant, or None to leave it out."""
+    if isinstance(value, (types.ModuleType, type)) or callable(value):
+        return None
+    try:
+        return hashing._canon(value, "value", 0, hashing._LEGACY)
+    except Exception:
+        return None
+
+
+def is_code(value: Any) -> bool:
+    return (inspect.isfunction(value) or inspect.ismethod(value) or inspect.isbuiltin(value)
+            or inspect.isclass(value) or isinstance(value, functools.partial))
+
+
+def code_key(value: Any) -> Any:
+    """How a function or class given as a param is keyed: by its fingerprint when it is user
+    code, by its qualified name and package version otherwise."""
+    target = value.func if isinstance(value, functools.partial) else value
+    target = getattr(target, "__func__", target)
+    module = getattr(target, "__module__", None) or ""
+    if id(value) in _ACTIVE.__dict__.get("fns", ()):
+        return {"name": _unit(target)}
+    if module_kind(module) == USER or isinstance(value, functools.partial) or inspect.ismethod(value):
+        return {"fingerprint": code_fingerprint(value)}
+    return {"name": _unit(target), "dist": version_of(module)}
+
+
+class _Walk:
+    """One traversal: the legacy parts (in the legacy order), the reach layer (a dict, so
+    order-free), per-unit spellings, and every binding read on the way (for the fast path)."""
+
+    def __init__(self) -> None:
+        self.legacy: list = []
+        self.reach: dict = {}
+        self.units: dict = {}
+        self.bindings: list = []
+        self.seen: set = set()
+        self.visited: list = []
+
+    # the legacy layer, exactly as it always was
+    def legacy_visit(self, f: Any) -> None:
+        f = inspect.unwrap(f) if callable(f) else f
+        if id(f) in self.seen:
+            return
+        self.seen.add(id(f))
+        self.visited.append(f)
+        text = _code_text(f)
+        self.legacy.append(text)
+        self.units[_unit(f)] = text
+        code = getattr(f, "__code__", None)
+        if code is None:
+            return
+        for name, value, where, unit in self._named(f, code):
+            self.bindings.append((where, value))
+            if inspect.isfunction(value) and (
+                value.__module__ == getattr(f, "__module__", None) or where[0] == "c"
+            ):
+                self.legacy_visit(value)
+                continue
+            spelled = _legacy_constant(value)
+            if spelled is not None:
+                self.legacy.append([name, spelled])
+                self.units[unit] = spelled
+
+    @staticmethod
+    def _named(f: Any, code: types.CodeType) -> list:
+        g = getattr(f, "__globals__", {})
+        module = g.get("__name__", getattr(f, "__module__", "?"))
+        named = [(n, g[n], ("g", g, n), f"{module}.{n}") for n in sorted(_names_used(code)) if n in g]
+        for cell_name, cell in zip(code.co_freevars, getattr(f, "__closure__", None) or ()):
+            try:
+                named.append((cell_name, cell.cell_contents, ("c", cell), f"{_unit(f)}.{cell_name}"))
+            except ValueError:
+                continue
+        return named
+
+    # the reach layer
+    def extend(self) -> None:
+        for f in list(self.visited):
+            if isinstance(f, type):
+                self.visit_class(f, own_source=False)
+            elif isinstance(f, functools.partial):
+                self.reach_value(f, _unit(f.func))
+            elif inspect.ismethod(f):
+                self.visit_bound(f)
+            elif getattr(f, "__code__", None) is None and not inspect.isbuiltin(f):
+                self.visit_instance(f)
+            code = getattr(f, "__code__", None)
+            if not isinstance(code, types.CodeType):
+                continue
+            for _name, value, where, unit in self._named(f, code):
+                if inspect.isfunction(value) and (
+                    value.__module__ == getattr(f, "__module__", None) or where[0] == "c"
+                ):
+                    continue  # followed by the legacy layer
+                if _legacy_constant(value) is None:
+                    self.reach_value(value, unit)
+            self.scan_code(f, code)
+
+    def add(self, unit: str, spelling: Any) -> None:
+        self.reach[unit] = spelling
+        self.units[unit] = spelling
+
+    def visit_function(self, f: Any) -> None:
+        f = inspect.unwrap(f)
+        if id(f) in self.seen:
+            return
+        self.seen.add(id(f))
+        self.add(_unit(f), _code_text(f))
+        code = getattr(f, "__code__", None)
+        if code is None:
+            return
+        for name, value, where, unit in self._named(f, code):
+            self.bindings.append((where, value))
+            self.reach_value(value, unit)
+        self.scan_code(f, code)
+
+    def visit_class(self, cls: type, own_source: bool = True) -> None:
+        """A class's methods (and what they use), class attributes and user-code bases; an
+        installed base adds its package's version."""
+        if own_source:
+            if id(cls) in self.seen:
+                return
+            self.seen.add(id(cls))
+            self.add(_unit(cls), _code_text(cls))
+        for klass in cls.__mro__:
+            kind = module_kind(getattr(klass, "__module__", "") or "")
+            if kind == PACKAGE:
+                self.add_package(klass.__module__)
+                continue
+            if kind != USER:
+                continue
+            if klass is not cls:
+                if id(klass) in self.seen:
+                    continue
+                self.seen.add(id(klass))
+                self.add(_unit(klass), _code_text(klass))
+            members = klass.__dict__
+            for name in sorted(members):
+                member = members[name]
+                self.bindings.append((("d", members, name), member))
+                fns = _functions_of(member)
+                for fn in fns:
+                    self.visit_function(fn)
+                if not fns and not name.startswith("__"):
+                    self.reach_value(member, f"{_unit(klass)}.{name}")
+
+    def visit_instance(self, obj: Any) -> None:
+        self.visit_class(type(obj))
+        state = getattr(obj, "__dict__", None)
+        if isinstance(state, dict):
+            for name in sorted(state, key=str):
+                self.add(f"{_unit(type(obj))}.self.{name}", hashing.param_hash(state[name], name))
+
+    def visit_bound(self, m: Any) -> None:
+        owner = m.__self__
+        if isinstance(owner, type):
+            self.visit_class(owner)
+        elif not isinstance(owner, types.ModuleType):
+            self.visit_instance(owner)
+
+    def add_package(self, module: str) -> None:
+        dist, version = distribution_of(module)
+        self.add(dist, version)
+
+    def reach_value(self, value: Any, unit: str) -> None:
+        """A value the code names (a global, a closure value, a module attribute)."""
+        if isinstance(value, types.ModuleType):
+            if module_kind(value.__name__) == PACKAGE:
+                self.add_package(value.__name__)
+            return
+        if isinstance(value, functools.partial):
+            self.reach_value(value.func, unit)
+            self.add(f"{unit}.args", hashing.param_hash([list(value.args), value.keywords], unit))
+            return
+        if inspect.ismethod(value):
+            self.reach_value(value.__func__, unit)
+            self.visit_bound(value)
+            return
+        if inspect.isfunction(value) or inspect.isbuiltin(value) or isinstance(value, type):
+            kind = module_kind(getattr(value, "__module__", None) or "")
+            if kind == USER:
+                if isinstance(value, type):
+                    self.visit_class(value)
+                else:
+                    self.visit_function(value)
+            elif kind == PACKAGE:
+                self.add_package(value.__module__)
+            return
+        if value is None or isinstance(value, (str, int, float, bool)):
+            if _legacy_constant(value) is not None:
+                self.add(unit, _legacy_constant(value))
+            return
+        try:
+            self.add(unit, hashing.to_canonical(value, unit))
+            return
+        except Exception:
+            pass
+        t = type(value)
+        kind = module_kind(t.__module__ or "")
+        if kind == USER:
+            self.visit_class(t)
+        elif kind == PACKAGE:
+            self.add_package(t.__module__)
+
+    def scan_code(self, f: Any, code: types.CodeType) -> None:
+        chains, imports = _scan(code)
+        g = getattr(f, "__globals__", {})
+        package = g.get("__package__") or ""
+        locals_: dict = {}
+        for local, module, level, attr in imports:
+            try:
+                name = importlib.util.resolve_name("." * level + module, package) if level else module
+            except (ImportError, ValueError):
+                continue
+            base = _import_quietly(name)
+            if base is None:
+                continue
+            self.bindings.append((("m", name), base))
+            if attr is None:
+                top = name.partition(".")[0] if "." in name and not level else name
+                locals_[local] = sys.modules.get(top, base)
+                self.reach_value(locals_[local], name)
+                continue
+            got = getattr(base, attr, _MISSING)
+            if got is _MISSING:
+                got = _import_quietly(f"{name}.{attr}")
+            if got is None or got is _MISSING:
+                continue
+            self.bindings.append((("a", base, attr), got))
+            locals_[local] = got
+            self.read_attr(base, attr, got)
+        cells = dict(zip(code.co_freevars, getattr(f, "__closure__", None) or ()))
+        for kind, name, attrs in chains:
+            if kind == "g":
+                base = g.get(name, _MISSING)
+                if base is _MISSING:
+                    base = getattr(builtins, name, _MISSING)
+            elif kind == "l":
+                base = locals_.get(name, _MISSING)
+            else:
+                try:
+                    base = cells[name].cell_contents if name in cells else _MISSING
+                except ValueError:
+                    base = _MISSING
+            if not isinstance(base, types.ModuleType):
+                continue
+            obj = base
+            for attr in attrs:
+                if not isinstance(obj, types.ModuleType):
+                    break
+                nxt = getattr(obj, attr, _MISSING)
+                if nxt is _MISSING:
+                    break
+                self.bindings.append((("a", obj, attr), nxt))
+                if not self.read_attr(obj, attr, nxt):
+                    break
+                obj = nxt
+
+    def read_attr(self, module: Any, attr: str, value: Any) -> bool:
+        """`module.attr` was read; True when the chain goes on (a user submodule)."""
+        kind = module_kind(module.__name__)
+        if kind == PACKAGE:
+            self.add_package(module.__name__)
+            return False
+        if kind != USER:
+            return False
+        if isinstance(value, types.ModuleType):
+            if module_kind(value.__name__) == USER:
+                return True
+            self.reach_value(value, attr)
+            return False
+        self.reach_value(value, f"{module.__name__}.{attr}")
+        return False
+
+
+def _functions_of(member: Any) -> list:
+    if isinstance(member, (staticmethod, classmethod)):
+        member = member.__func__
+    if isinstance(member, property):
+        return [f for f in (member.fget, member.fset, member.fdel) if inspect.isfunction(f)]
+    if isinstance(member, functools.partialmethod):
+        member = member.func
+    return [member] if inspect.isfunction(member) else []
+
+
+def _import_quietly(name: str) -> Any:
+    """The module `name`, imported only when it is user code (what the node would import);
+    an installed or standard module is looked up, never imported by a fingerprint."""
+    mod = sys.modules.get(name)
+    if mod is not None:
+        return mod
+    if module_kind(name) != USER:
+        return None
+    try:
+        return importlib.import_module(name)
+    except Exception:
+        return None
+
+
+def _read_binding(where: tuple) -> Any:
+    kind = where[0]
+    if kind == "g":
+        return where[1].get(where[2], _MISSING)
+    if kind == "c":
+        try:
+            return where[1].cell_contents
+        except ValueError:
+            return _MISSING
+    if kind == "a":
+        return getattr(where[1], where[2], _MISSING)
+    if kind == "d":
+        return where[1].get(where[2], _MISSING)
+    return sys.modules.get(where[1], _MISSING)
+
+
+# Fingerprints being computed on this thread: a function reached again through an object's
+# state while its own walk is under way is keyed by name, so the walk ends.
+_ACTIVE = threading.local()
+
+# (fn, version) -> (bindings to re-read, the objects they were bound to, digest, units)
+_FINGERPRINTS: dict = {}
+
+
+def _fingerprint(fn: Any, version: Optional[str]) -> tuple:
+    try:
+        memo = _FINGERPRINTS.get((fn, version))
+    except TypeError:
+        memo = None
+    if memo is not None:
+        wheres, objects, _digest, _units = memo
+        for w, o in zip(wheres, objects):
+            if _read_binding(w) is not o:
+                break
+        else:
+            return memo
+    walk = _Walk()
+    active = _ACTIVE.__dict__.setdefault("fns", set())
+    active.add(id(fn))
+    try:
+        walk.legacy_visit(fn)
+        walk.extend()
+    finally:
+        active.discard(id(fn))
+    doc = {"code": walk.legacy, "version": version}
+    if walk.reach:
+        doc["deps"] = walk.reach
+    digest = hashing.canonical_hash(doc)
+    units = {u: hashing.canonical_hash(s, u) for u, s in sorted(walk.units.items())}
+    if version is not None:
+        units["version"] = hashing.canonical_hash(version)
+    memo = ([w for w, _ in walk.bindings], [o for _, o in walk.bindings], digest, units)
+    try:
+        _FINGERPRINTS[(fn, version)] = memo
+    except TypeError:
+        pass
+    return memo
+
+
+def code_fingerprint(fn: Callable, version: Optional[str] = None) -> str:
+    """The `code` hash of a node: its source, the constants and closure values it names, the
+    helpers it calls (same module: the legacy layer; other user modules: followed), the module
+    attributes it reads, its class's methods and bases, installed packages' versions, and
+    `version`. Re-read on every call; recomputed only when a binding it read was rebound. A
+    mutable global mutated in place keeps its first spelling, so a counter never makes every
+    run miss."""
+    return _fingerprint(fn, version)[2]
+
+
+def describe_fingerprint(fn: Callable, version: Optional[str] = None) -> dict:
+    """{unit: hash} of everything `code_fingerprint(fn, version)` covers: `mod.func` for code,
+    `mod.NAME` for a constant or module attribute, `mod.func.var` for a closure value,
+    `mod.Cls.method`, a distribution name (`openai`) for an installed package, `version`."""
+    return dict(_fingerprint(fn, version)[3])
+
+
+def changed_units(before: dict, after: dict) -> list:
+    """The units whose hash differs between two `describe_fingerprint` results (added and
+    removed ones included), sorted: what a miss reason names."""
+    return sorted(u for u in set(before) | set(after) if before.get(u) != after.get(u))
