@@ -10,7 +10,8 @@ from .errors import (
 )
 from .hashing import canonical_hash
 from .metering import record_usage
-from .models import AuditReport, AuditRow, DiffRow, Run, Step, TrajectoryDiff
+from .serde import register_type
+from .models import AuditReport, AuditRow, DiffRow, Run, RunStatus, Step, StepStatus, TrajectoryDiff
 
 from . import llm  # noqa: E402  (rewind.llm.chat is part of the public contract)
 
@@ -18,5 +19,6 @@ __all__ = [
     "action", "tool", "Rewind", "Pipeline", "register_pipeline", "RewindError", "NotFound",
     "InvalidRequest", "UnhashableValue", "UndeclaredRead", "ForkError", "StoreError",
     "IntegrityError", "ProviderError", "canonical_hash", "record_usage", "Run", "Step",
-    "TrajectoryDiff", "DiffRow", "AuditReport", "AuditRow", "llm",
+    "TrajectoryDiff", "DiffRow", "AuditReport", "AuditRow", "llm", "register_type",
+    "RunStatus", "StepStatus",
 ]

@@ -36,7 +36,7 @@ STEP_STATUSES = tuple(s.value for s in StepStatus)
 
 
 def _present(refs: dict) -> dict:
-    return {k: h for k, h in refs.items() if h is not None}
+    return {k: h for k, h in refs.items() if isinstance(h, str)}
 
 
 @dataclasses.dataclass
@@ -65,6 +65,8 @@ class Step:
     output_refs: dict = dataclasses.field(default_factory=dict, repr=False)
     # Burr runtime inputs the step ran with ({name: blob hash}); a fork replays them
     runtime_refs: dict = dataclasses.field(default_factory=dict, repr=False)
+    units: dict = dataclasses.field(default_factory=dict, repr=False)   # code unit -> hash
+    files: dict = dataclasses.field(default_factory=dict, repr=False)   # file read -> hash
     _loader: Any = dataclasses.field(default=None, repr=False, compare=False)
     _inputs: Optional[dict] = dataclasses.field(default=None, repr=False, compare=False)
     _outputs: Optional[dict] = dataclasses.field(default=None, repr=False, compare=False)

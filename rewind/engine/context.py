@@ -55,6 +55,10 @@ class StepRecord:
     side_effect: bool = False
     cache_row: Optional[dict] = None
     readable: dict = dataclasses.field(default_factory=dict, repr=False)  # values, not stored
+    units: dict = dataclasses.field(default_factory=dict)    # code unit -> hash
+    files: dict = dataclasses.field(default_factory=dict)    # file read -> content hash
+    files_changed: list = dataclasses.field(default_factory=list)  # why a hit was refused
+    output_field_hashes: dict = dataclasses.field(default_factory=dict)
     integrity_note: Optional[str] = None   # why a cache entry was unusable
     deleted: list = dataclasses.field(default_factory=list)  # fields a served step removes
 
@@ -97,7 +101,8 @@ class ExecutionContext:
         self.steps: list = list(prior_steps or [])
         self.occurrences = collections.Counter(s.node for s in self.steps)
         self.on_step = on_step
-        self.state_hashes: dict = {}
+        self.state_hashes: dict = {}   # field -> canonical hash of its live value (keys)
+        self.state_blobs: dict = {}    # field -> address of its stored value (refs)
         self.new_blobs: dict = {}
         self.pending_rows: list = []
         self.pending_cache: list = []
@@ -117,22 +122,42 @@ class ExecutionContext:
 
     # state hashes ----------------------------------------------------------------------------
     def absorb(self, values: dict) -> None:
-        """Hash and queue blobs for values entering the state from outside a step."""
+        """Hash (for keys) and store (type-preserving, under its own address) values entering
+        the state from outside a step."""
         parts = canonical_parts(values)
         for k, part in parts.items():
-            h = sha256_hex(part)
-            self.state_hashes[k] = h
-            self.new_blobs[h] = serde.encode(values[k], k)
+            self.state_hashes[k] = sha256_hex(part)
+            self.store_value(k, values[k])
+
+    def store_value(self, field: str, value: Any) -> str:
+        """Queue a field's value as a blob; its address is the hash of its stored bytes, so
+        values that hash alike (a tuple and a list, 1 and 1.0) keep their own types."""
+        data = serde.encode(value, field)
+        ref = serde.blob_ref(data)
+        self.state_blobs[field] = ref
+        self.new_blobs.setdefault(ref, data)
+        return ref
 
     def refs_of(self, values: dict) -> dict:
-        """{field: blob hash} of values in the live state, hashing the ones not seen yet."""
+        """{field: blob address} of values in the live state, storing the ones not seen yet."""
         unknown = {k: v for k, v in values.items()
-                   if not is_internal_key(k) and k not in self.state_hashes}
+                   if not is_internal_key(k) and k not in self.state_blobs}
         if unknown:
-            self.absorb(unknown)
-        return {k: self.state_hashes[k] for k in values if not is_internal_key(k)}
+            for k, v in unknown.items():
+                self.store_value(k, v)
+        return {k: self.state_blobs[k] for k in values if not is_internal_key(k)}
 
     state_refs = refs_of  # the persister's name for it
+
+    def loaded(self, refs: dict) -> None:
+        """The live state now holds the stored values at `refs` (a fork's or a resume's start,
+        a cache hit): their addresses are known; their key hashes are computed when read."""
+        for k, ref in refs.items():
+            self.state_hashes.pop(k, None)
+            if ref is None:
+                self.state_blobs.pop(k, None)
+            else:
+                self.state_blobs[k] = ref
 
     def blob_refs(self, values: dict, path: str) -> dict:
         """{name: blob hash} of runtime inputs, queued as blobs. An input with no stored form
@@ -140,13 +165,11 @@ class ExecutionContext:
         refs = {}
         for k, v in values.items():
             try:
-                part = canonical_parts({k: v}, path)[k]
                 data = serde.encode(v, k)
             except Exception:
                 continue
-            h = sha256_hex(part)
-            refs[k] = h
-            self.new_blobs.setdefault(h, data)
+            refs[k] = serde.blob_ref(data)
+            self.new_blobs.setdefault(refs[k], data)
         return refs
 
     def take_new_blobs(self) -> dict:
@@ -178,7 +201,8 @@ class ExecutionContext:
             # A blob read before this transaction (a cache hit, often from memory) may have been
             # purged by a concurrent gc since: store it again so no row points at nothing.
             present = store.existing_blobs(list(self.served))
-            missing = {h: serde.encode(v, "value") for h, v in self.served.items() if h not in present}
+            missing = {h: serde.encode(v, "value") for h, v in self.served.items()
+                       if h not in present}
             if missing:
                 store.put_blobs(missing)
         if self.pending_rows:
@@ -264,6 +288,18 @@ class ExecutionContext:
             got = node_spec(node, inner, overrides, defaults)
         self._specs[key] = got
         return got
+
+    def earlier_visit(self, node: str, field_hashes: dict) -> Optional[Step]:
+        """The latest recorded step of `node` whose inputs, all but its code, equal these:
+        what a fresh run's miss is explained against ("`prompts.SYSTEM` changed")."""
+        finder = getattr(self.store, "latest_step_like", None)
+        if finder is None:
+            return None
+        try:
+            return finder(node, {k: v for k, v in field_hashes.items() if k != "code"})
+        except Exception:  # an explanation must never fail a step
+            logger.debug("earlier visit lookup failed", exc_info=True)
+            return None
 
     def parent_step(self, node: str, occurrence: int) -> Optional[Step]:
         return self.parent_steps.get((node, occurrence))

@@ -165,7 +165,7 @@ def fork_run(store: Any, heartbeat: Heartbeat, pipeline: Any, parent_row: dict, 
                f"with these edits Burr would resume at {resumes}, not {at!r} (a transition "
                "reads an edited field)")
         raise ForkError(f"{why}; nothing was written", run_id=run_id, node=at)
-    ctx.state_hashes.update(persister.last_loaded_refs)
+    ctx.loaded(persister.last_loaded_refs)
     if edit:
         ctx.absorb(edit)
     start_state = {k: v for k, v in app.state.get_all().items() if not k.startswith("__")}

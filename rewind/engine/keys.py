@@ -18,25 +18,11 @@ from typing import Any, Optional
 
 from ..action import DETERMINISTIC, SIDE_EFFECT, TIME_BOUND, Policy, node_params, policy_of
 from ..errors import UnhashableValue
+from ..fingerprint import changed_units, describe_fingerprint
 from ..hashing import (
     canonical_hash, canonical_parts, code_fingerprint, combine, is_internal_key, join_parts,
-    sha256_hex, strip_ignored, to_canonical,
+    param_hash, sha256_hex, strip_ignored, to_canonical,
 )
-
-
-def param_hash(value: Any, where: str) -> str:  # TEMP until hashing.param_hash lands
-    try:
-        return canonical_hash(value, where)
-    except UnhashableValue:
-        if isinstance(value, (float, str)):
-            raise
-        if inspect.isfunction(value) or inspect.ismethod(value):
-            return canonical_hash({"fn": code_fingerprint(value)})
-        key = getattr(value, "rewind_key", None)
-        if key is not None:
-            return canonical_hash({"key": key() if callable(key) else key}, where)
-        t = type(value)
-        return canonical_hash({"type": f"{t.__module__}.{t.__qualname__}"})
 
 
 def code_of(inner: Any) -> Any:
@@ -73,6 +59,7 @@ class NodeSpec:
     param_hashes: dict
     params_json: str
     params_doc: dict
+    units: dict = dataclasses.field(default_factory=dict)  # code unit -> hash, for reasons
 
     @property
     def reads(self) -> list:
@@ -84,8 +71,11 @@ class NodeSpec:
 
     def refresh_code(self) -> "NodeSpec":
         """The same spec with the code fingerprint re-read (a constant may have been rebound)."""
-        code = code_fingerprint(code_of(self.inner), self.policy.version)
-        return self if code == self.code else dataclasses.replace(self, code=code)
+        fn = code_of(self.inner)
+        code = code_fingerprint(fn, self.policy.version)
+        if code == self.code:
+            return self
+        return dataclasses.replace(self, code=code, units=describe_fingerprint(fn, self.policy.version))
 
     # --- the key ------------------------------------------------------------------------------
     def readable(self, state: Any) -> dict:
@@ -159,9 +149,10 @@ def node_spec(node: str, inner: Any, overrides: Optional[dict] = None,
     params.update(overrides)
     runner = with_params(inner, overrides) if overrides else inner
     doc_json = params_json(params)
+    fn = code_of(inner)
     return NodeSpec(
         node=node, inner=inner, policy=policy, params=params, runner=runner,
-        code=code_fingerprint(code_of(inner), policy.version),
+        code=code_fingerprint(fn, policy.version), units=describe_fingerprint(fn, policy.version),
         param_hashes={f"param:{k}": param_hash(v, f"{node}.{k}") for k, v in params.items()},
         params_json=doc_json, params_doc=json.loads(doc_json),
     )
@@ -203,26 +194,27 @@ _LAYERS = (("read:", "{} changed"), ("prior:", "prior value of {} changed"),
            ("param:", "param {} changed"), ("input:", "input {} changed"))
 
 
-def changed_fields(before: dict, now: dict) -> list:
-    """Human phrases naming what differs between two visits' field hashes."""
+def changed_fields(before: dict, now: dict, units_before: Optional[dict] = None,
+                   units_now: Optional[dict] = None) -> list:
+    """Human phrases naming what differs between two visits' field hashes (and, when both
+    visits' code units are known, which unit of code changed)."""
     parts = []
     for prefix, phrase in _LAYERS:
         names = sorted(k[len(prefix):] for k in set(before) | set(now)
                        if k.startswith(prefix) and before.get(k) != now.get(k))
         if names:
             parts.append(phrase.format(", ".join(f"`{n}`" for n in names)))
-    units = sorted(k[len("code:"):] for k in set(before) | set(now)
-                   if k.startswith("code:") and before.get(k) != now.get(k))
-    if units:
-        parts.append(", ".join(f"`{u}`" for u in units) + " changed")
-    elif before.get("code") != now.get("code"):
-        parts.append("the node's code changed")
+    if before.get("code") != now.get("code"):
+        units = changed_units(units_before, units_now) if units_before and units_now else []
+        parts.append(", ".join(f"`{u}`" for u in units) + " changed" if units
+                     else "the node's code changed")
     return parts
 
 
 def miss_reason(node: str, policy: Policy, field_hashes: dict, parent: Any, entry: Optional[dict],
                 expired: bool, use_cache: bool, allow_side_effects: bool,
-                has_parent_run: bool) -> str:
+                has_parent_run: bool, units: Optional[dict] = None,
+                earlier: Any = None) -> str:
     """Why a step runs again, named against the parent's same step where there is one."""
     if policy.determinism == SIDE_EFFECT:
         if allow_side_effects and has_parent_run:
@@ -231,8 +223,13 @@ def miss_reason(node: str, policy: Policy, field_hashes: dict, parent: Any, entr
     if expired and entry is not None:
         age = time.time() - entry["cached_at"]
         return f"ttl expired: cached {age:.0f}s ago, ttl {policy.ttl:g}s"
+    if parent is None and earlier is not None and earlier.field_hashes:
+        # a fresh run: name what changed since the last visit with these same inputs
+        parts = changed_fields(earlier.field_hashes, field_hashes, earlier.units, units)
+        if parts:
+            return f"{node} ran again because " + "; ".join(parts)
     if parent is not None and parent.field_hashes:
-        parts = changed_fields(parent.field_hashes, field_hashes)
+        parts = changed_fields(parent.field_hashes, field_hashes, parent.units, units)
         if parts:
             return f"{node} ran again because " + "; ".join(parts)
         if parent.status == "failed":

@@ -53,10 +53,14 @@ def record_step(ctx: ExecutionContext, record: StepRecord, sequence_id: Optional
     }
     if record.runtime:
         doc_fields["runtime"] = record.runtime
+    if record.units:
+        doc_fields["units"] = record.units
+    if record.files:
+        doc_fields["files"] = record.files
     doc_hash, doc_data = ctx.store.memo_doc(
         ("step", tuple(record.field_hashes.items()), tuple(record.inputs.items()),
          tuple(outputs.items()), record.output_hash, record.input_hash, record.params_json,
-         tuple(record.runtime.items())),
+         tuple(record.runtime.items()), tuple(record.units.items()), tuple(record.files.items())),
         lambda: doc_fields,
     )
     if doc_hash not in ctx.new_blobs:
@@ -88,7 +92,8 @@ def record_step(ctx: ExecutionContext, record: StepRecord, sequence_id: Optional
         field_hashes=dict(record.field_hashes), sequence_id=sequence_id, state_app_id=app_id,
         run_id=ctx.run_id, source_run=record.source_run, started_at=record.started_at,
         input_refs=dict(record.inputs), output_refs=dict(outputs),
-        runtime_refs=dict(record.runtime), _loader=ctx.store.values,
+        runtime_refs=dict(record.runtime), units=dict(record.units), files=dict(record.files),
+        _loader=ctx.store.values,
     )
     ctx.steps.append(step)
     ctx.unreported.append(step)  # reported to on_step once the commit holding it is done
@@ -133,7 +138,8 @@ def step_from_row(row: dict, store: Any, docs: Optional[dict] = None,
         sequence_id=row["sequence_id"], state_app_id=row_state_app(row), run_id=row["run_id"],
         source_run=row["source_run"], started_at=row["started_at"],
         input_refs=field("inputs"), output_refs=field("outputs"),
-        runtime_refs=dict(doc.get("runtime") or {}), _loader=store.values,
+        runtime_refs=dict(doc.get("runtime") or {}), units=dict(doc.get("units") or {}),
+        files=dict(doc.get("files") or {}), _loader=store.values,
     )
 
 

@@ -16,7 +16,7 @@ from typing import Any, Optional
 from burr.core import State
 from burr.core.action import Action, SingleStepAction
 
-from .. import serde
+from .. import filewatch, serde
 from ..action import DETERMINISTIC, SIDE_EFFECT
 from ..errors import RewindError
 from ..hashing import sha256_hex
@@ -29,8 +29,24 @@ from .node import apply_outputs, execute_node
 logger = logging.getLogger("rewind")
 
 
-def refs_json(refs: dict) -> str:
-    return json.dumps(refs, sort_keys=True, separators=(",", ":"))
+# A cache entry's `outputs` column maps written fields to blob addresses (null: the step
+# removed the field), plus under this key what a hit needs beside the values: the fields'
+# key hashes (so downstream keys need no re-hashing) and the files the step read.
+ENTRY_META = "__rewind__"
+
+
+def entry_json(refs: dict, hashes: dict, files: dict) -> str:
+    meta = {"hashes": hashes}
+    if files:
+        meta["files"] = files
+    return json.dumps({**refs, ENTRY_META: meta}, sort_keys=True, separators=(",", ":"))
+
+
+def entry_outputs(text: str) -> tuple:
+    """(refs, meta) of a cache entry's `outputs` column."""
+    data = json.loads(text)
+    meta = data.pop(ENTRY_META, None) or {}
+    return data, meta
 
 
 class ReplayAction(SingleStepAction):
@@ -106,7 +122,7 @@ class ReplayAction(SingleStepAction):
         record = StepRecord(
             node=spec.node, occurrence=occurrence, started_at=time.time(),
             input_hash=spec.input_hash(field_hashes), field_hashes=field_hashes,
-            params_doc=spec.params_doc, params_json=spec.params_json,
+            params_doc=spec.params_doc, params_json=spec.params_json, units=spec.units,
             inputs=ctx.refs_of(readable),
             runtime=ctx.blob_refs(runtime, f"{spec.node}.inputs") if runtime else {},
         )
@@ -136,8 +152,12 @@ class ReplayAction(SingleStepAction):
         return outputs
 
     def _serve(self, ctx: ExecutionContext, record: StepRecord, entry: dict) -> Optional[dict]:
+        refs, meta = entry_outputs(entry["outputs"])
+        changed = filewatch.changed(meta.get("files") or {})
+        if changed:  # a file the node read differs now: a miss, named
+            record.files_changed = changed
+            return None
         try:
-            refs = json.loads(entry["outputs"])
             outputs = ctx.store.values({k: h for k, h in refs.items() if h is not None})
         except RewindError as e:  # an unreadable entry is a miss, and the reason says why
             logger.warning("cache entry for %s unusable: %s", record.node, e)
@@ -150,12 +170,10 @@ class ReplayAction(SingleStepAction):
         record.reason = (f"cache hit: same inputs as run {entry['source_run']}"
                          if entry["source_run"] else "cache hit")
         ctx.pending_hits.append((record.node, record.input_hash))
-        for k, h in refs.items():
-            if h is None:
-                ctx.state_hashes.pop(k, None)
-            else:
-                ctx.state_hashes[k] = h
+        ctx.loaded(refs)
+        ctx.state_hashes.update({k: h for k, h in (meta.get("hashes") or {}).items() if k in refs})
         record.outputs = refs
+        record.files = dict(meta.get("files") or {})
         record.output_hash = entry["output_hash"]
         record.deleted = [k for k, h in refs.items() if h is None]
         return outputs
@@ -170,13 +188,19 @@ class ReplayAction(SingleStepAction):
         record.reason = miss_reason(
             spec.node, policy, record.field_hashes, ctx.parent_step(spec.node, record.occurrence),
             entry, expired, ctx.use_cache, ctx.allow_side_effects, bool(ctx.parent_id),
+            spec.units, ctx.earlier_visit(spec.node, record.field_hashes),
         )
+        if record.files_changed:
+            record.reason = (f"{spec.node} ran again because file "
+                             + ", ".join(f"`{f}`" for f in record.files_changed) + " changed")
         if record.integrity_note:
             record.reason += f" (cache entry rejected: {record.integrity_note})"
         meter = StepMeter(node=spec.node, tool_store=ctx.store if ctx.use_cache else None)
         try:
-            done = execute_node(spec.node, spec.runner, record.readable, spec.reads, spec.writes,
-                                run_kwargs, state, meter=meter)
+            with filewatch.track_reads() as reads:
+                done = execute_node(spec.node, spec.runner, record.readable, spec.reads,
+                                    spec.writes, run_kwargs, state, meter=meter)
+            record.files = dict(reads.files)
             self._finish_outputs(ctx, spec, record, done.outputs, done.deleted)
         except BaseException as e:
             record.prompt_tokens, record.completion_tokens = meter.prompt_tokens, meter.completion_tokens
@@ -195,18 +219,21 @@ class ReplayAction(SingleStepAction):
     def _finish_outputs(ctx: ExecutionContext, spec: NodeSpec, record: StepRecord,
                         outputs: dict, deleted: tuple = ()) -> None:
         parts = spec.output_parts(outputs)  # UnhashableValue names the field
-        out_refs = {}
+        out_refs, hashes = {}, {}
         for k, part in parts.items():
-            h = sha256_hex(part)
-            out_refs[k] = h
-            if h not in ctx.new_blobs:
-                ctx.new_blobs[h] = serde.encode(outputs[k], k)
+            hashes[k] = sha256_hex(part)
             if k in spec.writes:
-                ctx.state_hashes[k] = h
+                out_refs[k] = ctx.store_value(k, outputs[k])
+                ctx.state_hashes[k] = hashes[k]
+            else:  # what a Result node returns: recorded, not part of the state
+                data = serde.encode(outputs[k], k)
+                out_refs[k] = serde.blob_ref(data)
+                ctx.new_blobs.setdefault(out_refs[k], data)
+        record.output_field_hashes = hashes
         record.output_hash = spec.output_hash(outputs, parts, deleted)
         for k in deleted:  # a null ref: the step removed the field (replayed on a hit)
             out_refs[k] = None
-            ctx.state_hashes.pop(k, None)
+        ctx.loaded({k: None for k in deleted})
         record.outputs = out_refs
 
     @staticmethod
@@ -221,7 +248,8 @@ class ReplayAction(SingleStepAction):
                               f"(run {entry['source_run']})")
         record.cache_row = {
             "node": spec.node, "input_hash": record.input_hash, "output_hash": record.output_hash,
-            "outputs": refs_json(record.outputs), "prompt_tokens": record.prompt_tokens,
+            "outputs": entry_json(record.outputs, record.output_field_hashes, record.files),
+            "prompt_tokens": record.prompt_tokens,
             "completion_tokens": record.completion_tokens,
             "tokens": record.prompt_tokens + record.completion_tokens,
             "cached_at": time.time(), "hits": 0, "determinism": policy.determinism,

@@ -66,7 +66,7 @@ def resume_run(store: Any, heartbeat: Heartbeat, pipeline: Any, row: dict, *,
     saved = persister.load(PARTITION_KEY, source_app, source_seq)
     if saved is None:
         raise NotFound(f"run {run_id} has no saved state to resume from", run_id=run_id)
-    ctx.state_hashes.update(getattr(persister, "last_loaded_refs", {}) or {})
+    ctx.loaded(dict(getattr(persister, "last_loaded_refs", {}) or {}))
     builder = base_builder(ctx, run_id).with_state(saved["state"])
     if saved["status"] == "completed":
         builder = builder.with_state(**{PRIOR_STEP: saved["position"]})
