@@ -3,7 +3,7 @@
 Owns `chat` (through the real `openai` client, metering tokens into the running step),
 `client()` (the cached `openai.OpenAI` for the current configuration), `configure` /
 `provider_info` / `reset` for the settings page and tests. With no `OPENAI_API_KEY` and no
-`OPENAI_BASE_URL` the provider is `rewind.simulator`, mounted in-process under the same
+`OPENAI_BASE_URL` the provider is `rewind.sim`, mounted in-process under the same
 client through an httpx2 MockTransport, so the SDK's request building, retries and response
 parsing are exercised exactly as they would be against a real endpoint.
 
@@ -21,7 +21,7 @@ import urllib.parse
 from collections.abc import Iterable
 from typing import Any, Optional
 
-from . import simulator
+from . import sim
 from .errors import ProviderError
 from .metering import record_usage  # re-exported: part of the public contract
 
@@ -41,7 +41,7 @@ SIMULATOR = "simulator"
 OPENAI = "openai"
 SIMULATOR_BASE_URL = "http://simulator.rewind.invalid/v1"
 OPENAI_DEFAULT_BASE_URL = "https://api.openai.com/v1"
-DEFAULT_SIM_MODEL = simulator.DEFAULT_MODEL
+DEFAULT_SIM_MODEL = sim.DEFAULT_MODEL
 DEFAULT_REAL_MODEL = "gpt-4o-mini"
 # Sent when only a base URL is set: local OpenAI-compatible servers ignore the key, but the
 # SDK refuses to build a client without one.
@@ -101,9 +101,9 @@ def configure(
     if _clients_for_gc:
         _close_all(_clients_for_gc)
     if simulator_latency_ms is not None:
-        simulator.set_latency(simulator_latency_ms)
+        sim.set_latency(simulator_latency_ms)
     if fail_next is not None:
-        simulator.inject_errors(fail_next)
+        sim.inject_errors(fail_next)
     return provider_info()
 
 
@@ -180,7 +180,7 @@ def provider_info() -> dict:
         "model": cfg["model"],
         "key_present": bool(cfg["key"]),
         "configured": overridden,
-        "simulator_latency_ms": simulator.latency_ms(),
+        "simulator_latency_ms": sim.latency_ms(),
     }
 
 
@@ -205,7 +205,7 @@ def _build_client(cfg: dict):
             api_key="sim",
             base_url=SIMULATOR_BASE_URL,
             max_retries=max_retries,
-            http_client=httpx2.Client(transport=httpx2.MockTransport(simulator.handle_request)),
+            http_client=httpx2.Client(transport=httpx2.MockTransport(sim.handle_request)),
         )
     key = cfg["key"]
     if not key:
@@ -269,7 +269,7 @@ def reset() -> None:
         for k in _overrides:
             _overrides[k] = None
     reset_client()
-    simulator.reset()
+    sim.reset()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -369,6 +369,6 @@ def chat(
     else:
         # Some compatible servers omit usage: meter an o200k estimate rather than nothing, so a
         # step that called a model never looks free.
-        norm = simulator.normalize_messages(msgs)
-        record_usage(simulator.count_prompt_tokens(norm), simulator.count_tokens(text))
+        norm = sim.normalize_messages(msgs)
+        record_usage(sim.count_prompt_tokens(norm), sim.count_tokens(text))
     return text
