@@ -1,7 +1,8 @@
 """`rewind.llm`: the one way Rewind's pipelines call a model, and the provider settings.
 
 Owns `chat` (through the real `openai` client, metering tokens into the running step),
-`client()` (the cached `openai.OpenAI` for the current configuration), `configure` /
+`client()` (the cached `openai.OpenAI` for the current configuration), `warm_up()` (the
+one-time start-up cost, paid before the first step rather than inside it), `configure` /
 `provider_info` / `reset` for the settings page and tests. With no `OPENAI_API_KEY` and no
 `OPENAI_BASE_URL` the provider is `rewind.sim`, mounted in-process under the same
 client through an httpx2 MockTransport, so the SDK's request building, retries and response
@@ -17,17 +18,19 @@ import hashlib
 import os
 import re
 import threading
+import time
 import urllib.parse
 from collections.abc import Iterable
 from typing import Any, Optional
 
 from . import sim
 from .errors import ProviderError
-from .metering import record_usage  # re-exported: part of the public contract
+from .metering import current_meter, record_usage  # record_usage: part of the public contract
 
 __all__ = [
     "chat",
     "client",
+    "warm_up",
     "configure",
     "provider_info",
     "record_usage",
@@ -52,6 +55,7 @@ DEFAULT_MAX_RETRIES = 2
 _lock = threading.RLock()
 _overrides: dict = {"provider": None, "base_url": None, "model": None}
 _clients: dict = {}
+_warm: set = set()  # client cache keys whose one-time initialisation is done
 
 
 # ---------------------------------------------------------------------------------------------
@@ -243,10 +247,51 @@ def client():
         return c
 
 
+def warm_up() -> float:
+    """Do now, once, what the first model call of a process would otherwise pay for (~1 s): load
+    the o200k tokenizer, import the openai SDK, build the client for the current settings and
+    the SDK's response models. Sends no request. Returns the seconds spent (0.0 when already warm
+    for these settings), so a caller can show a spinner or keep the time out of a latency.
+    """
+    cfg = _resolve()
+    ck = _cache_key(cfg)
+    if ck in _warm:
+        return 0.0
+    started = time.perf_counter()
+    with _lock:
+        if ck in _warm:  # another thread warmed it while this one waited
+            return 0.0
+        sim.warm()
+        c = client()
+        c.chat.completions  # the SDK imports its resources lazily, on first attribute access
+        c.platform_headers()  # computed once per process, by running `uname`-like probes
+        _build_response_models()
+        _warm.add(ck)
+    return time.perf_counter() - started
+
+
+def _build_response_models() -> None:
+    # The SDK builds its pydantic schemas on the first response it parses (~30 ms): build them
+    # from a sample instead. Private API of openai, hence best effort: a miss costs only time.
+    try:
+        from openai._models import construct_type
+        from openai.types.chat import ChatCompletion
+
+        construct_type(type_=ChatCompletion, value={
+            "id": "warm", "object": "chat.completion", "created": 0, "model": "warm",
+            "choices": [{"index": 0, "finish_reason": "stop",
+                         "message": {"role": "assistant", "content": ""}}],
+            "usage": {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0},
+        })
+    except Exception:  # noqa: BLE001 - an optimisation must never break a model call
+        pass
+
+
 def _drop_clients() -> list:
     with _lock:
         old = list(_clients.values())
         _clients.clear()
+        _warm.clear()
     return old
 
 
@@ -339,6 +384,11 @@ def chat(
     if isinstance(messages, (str, bytes)) or not isinstance(messages, Iterable):
         raise ProviderError("chat() takes a list of messages like [{'role': 'user', 'content': '...'}]")
     msgs = [dict(m) if isinstance(m, dict) else m for m in messages]
+    init_s = warm_up()
+    if init_s:  # one-time start-up work is not this step's latency: the engine subtracts it
+        meter = current_meter()
+        if meter is not None:
+            meter.init_ms += init_s * 1000
     cfg = _resolve()
     name = _effective_model(model, cfg)
     kwargs: dict = {"model": name, "messages": msgs}

@@ -22,6 +22,9 @@ class StepMeter:
     # The store for the tool cache (None: tools run uncached, as in an audit).
     tool_store: Any = None
     tool_hits: int = 0
+    # Milliseconds of one-time process initialisation (tokenizer, SDK import, client) that a
+    # call in this step paid for: not the node's latency, so the engine subtracts it.
+    init_ms: float = 0.0
 
     @property
     def tokens(self) -> int:
