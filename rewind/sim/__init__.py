@@ -6,6 +6,7 @@ One concept per module, imported in this order (each only imports modules above 
     tokens     o200k token counts, linear-time on any text; `warm` loads the tokenizer
     sampling   the canonical request and the pseudo-random draws (temperature, seed)
     prompt     reading a prompt: sections, sources, task, topic, keywords, sentences
+    languages  the phrasebook for replies in French, Spanish and German
     style      instructions in a prompt (points, case, tone, length, language) and applying them
     writers    one writer per task (plan, critique, revise, analyze, compose, generic)
     model      `complete(model, messages, ...)`: request -> `Completion`s

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from typing import Iterable, Sequence
+from typing import Any, Iterable, Sequence
 
 _WORD = re.compile(r"[A-Za-z][A-Za-z0-9'\-]*[A-Za-z0-9]|[A-Za-z]")
 SOURCE_LINE = re.compile(r"^\s*(?:[-*]\s*|\d+[.)]\s*)?\[doc:([^\]\s]+)\]\s*(.*)$")
@@ -71,6 +71,7 @@ class Prompt:
     all_text: str      # every message, in order
     sections: dict     # lower-cased section name -> text (from the user messages)
     sources: list
+    style: Any = None  # the instructions the prompt gives (`style.Style`), once read
 
 
 def _parse_sources(text: str) -> list:
@@ -108,6 +109,27 @@ def _parse_sections(text: str) -> dict:
         if current is not None:
             sections[current].append(line)
     return {k: "\n".join(v).strip() for k, v in sections.items()}
+
+
+_INSTRUCTION_SECTIONS = ("task", "instructions")
+
+
+def instruction_lines(text: str) -> list:
+    """For each line of a user message, whether it is instructions rather than data: the lines
+    before the first labelled section and those of a Task/Instructions section, never a source
+    line. "Question: ..." and "Analysis: ..." are data, whatever words they contain."""
+    flags, current = [], None
+    for line in text.splitlines():
+        if SOURCE_LINE.match(line):
+            flags.append(False)
+            continue
+        m = _SECTION.match(line)
+        if m and m.group(1).strip().lower() in _KNOWN_SECTIONS:
+            current = m.group(1).strip().lower()
+            flags.append(current in _INSTRUCTION_SECTIONS)
+            continue
+        flags.append(current is None or current in _INSTRUCTION_SECTIONS)
+    return flags
 
 
 def read_prompt(messages: list) -> Prompt:

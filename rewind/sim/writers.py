@@ -41,6 +41,8 @@ def _write_plan(p: Prompt, ch: Chooser, model: str) -> str:
     ]
     extra = 3 if model.endswith("large") else 2
     n_more = extra + ch.index(2)  # 3-4 questions (4-5 for the large model)
+    if p.style is not None and p.style.points:  # "in 2 points": the draw above is still made
+        n_more = min(len(pool), p.style.points - 1)
     questions = [first] + ch.sample(pool, n_more)
     lines = [header, ""] + [f"{i}. {q}" for i, q in enumerate(questions, 1)]
     lines += ["", ch.pick([
