@@ -1,67 +1,26 @@
 """OpenAI's wire format for the offline model, independent of any transport.
 
-Owns `dispatch(method, path, body) -> SimResponse` (the routes, JSON bodies, error objects and
-server-sent events of the OpenAI API subset the simulator speaks) and `handle_request`, the
+Owns `dispatch(method, path, body) -> SimResponse` (the routes, and the chat completions
+endpoint's JSON bodies and server-sent events; `responses` owns the Responses API's), and
+`handle_request`, the
 httpx2 MockTransport handler that puts it behind the real openai client in-process.
 `rewind.llm_server` serves the same `dispatch` over HTTP, so both answer byte-identically.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import re
 import time
-from typing import Any, Iterator, Optional
+from typing import Any, Iterator
 
-from . import controls
+from . import controls, responses
+from .envelope import SimResponse, error as _error, json_response as _json
 from .model import MODELS, Completion, complete
 from .sampling import normalize_messages
 
 SYSTEM_FINGERPRINT = "fp_rewind_sim"
 OWNER = "rewind-simulator"
-
-
-@dataclasses.dataclass
-class SimResponse:
-    status: int
-    headers: dict
-    body: bytes = b""
-    chunks: Optional[list] = None  # SSE events, for streaming transports
-
-    def full_body(self) -> bytes:
-        return b"".join(self.chunks) if self.chunks is not None else self.body
-
-
-def _json(status: int, payload: Any, extra_headers: Optional[dict] = None) -> SimResponse:
-    headers = {"content-type": "application/json"}
-    if extra_headers:
-        headers.update(extra_headers)
-    return SimResponse(status, headers, json.dumps(payload, ensure_ascii=False).encode("utf-8"))
-
-
-_ERROR_TYPES = {
-    400: ("invalid_request_error", None),
-    401: ("invalid_request_error", "invalid_api_key"),
-    403: ("invalid_request_error", "forbidden"),
-    404: ("invalid_request_error", "not_found"),
-    408: ("timeout", "timeout"),
-    409: ("conflict", "conflict"),
-    422: ("invalid_request_error", None),
-    405: ("invalid_request_error", "method_not_allowed"),
-    429: ("rate_limit_error", "rate_limit_exceeded"),
-}
-
-
-def _error(status: int, message: str, param: Optional[str] = None) -> SimResponse:
-    etype, code = _ERROR_TYPES.get(status, ("server_error", "server_error"))
-    controls.bump("errors")
-    return _json(
-        status,
-        {"error": {"message": message, "type": etype, "param": param, "code": code}},
-        # A millisecond: the SDK honours retry-after-ms, so retries in tests cost no real time.
-        {"retry-after-ms": "1", "x-request-id": f"req_sim_error_{status}"},
-    )
 
 
 def _model_entry(model_id: str) -> dict:
@@ -165,7 +124,7 @@ def _sse_events(ident: str, model: str, results: list, usage: dict, include_usag
 def dispatch(method: str, path: str, body: bytes = b"") -> SimResponse:
     """Serve one request of the OpenAI API subset the simulator speaks.
 
-    POST /v1/chat/completions, GET /v1/models, GET /v1/models/{id}. The /v1 prefix is optional,
+    POST /v1/chat/completions, POST /v1/responses, GET /v1/models, GET /v1/models/{id}. The /v1 prefix is optional,
     so a base URL given without it still works. POST /_simulator/errors {"statuses": [...]}
     and GET /_simulator/stats control an out-of-process server.
     """
@@ -180,6 +139,10 @@ def dispatch(method: str, path: str, body: bytes = b"") -> SimResponse:
         if method != "POST":
             return _error(405, f"Method {method} not allowed on {path}")
         return _chat(body)
+    if route == "/responses":
+        if method != "POST":
+            return _error(405, f"Method {method} not allowed on {path}")
+        return responses.create(body)
     if route == "/models" and method == "GET":
         return _json(200, {"object": "list", "data": [_model_entry(m) for m in MODELS]})
     if route.startswith("/models/") and method == "GET":
