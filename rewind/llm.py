@@ -23,7 +23,7 @@ import urllib.parse
 from collections.abc import Iterable
 from typing import Any, Optional
 
-from . import sim
+from . import openai_meter, sim
 from .errors import ProviderError
 from .metering import current_meter, record_usage  # record_usage: part of the public contract
 
@@ -375,12 +375,14 @@ def chat(
 ) -> str:
     """Send a chat completion; return the assistant's text and meter its tokens.
 
-    Tokens go to the running step through `record_usage` (nothing is recorded outside a step).
+    Tokens and the call's record go to the running step through `rewind.openai_meter`, the same
+    path that meters a user's own openai client (nothing is recorded outside a step).
     Any failure after the SDK's own retries is a `ProviderError` saying which endpoint, which
     model and what went wrong, without the API key.
     """
     import openai
 
+    openai_meter.install()  # the tokens of this call are metered on the request path
     if isinstance(messages, (str, bytes)) or not isinstance(messages, Iterable):
         raise ProviderError("chat() takes a list of messages like [{'role': 'user', 'content': '...'}]")
     msgs = [dict(m) if isinstance(m, dict) else m for m in messages]
@@ -413,12 +415,4 @@ def chat(
         if refusal:
             raise ProviderError(f"model {name!r} refused: {_redact(refusal, cfg['key'])}")
         text = ""
-    usage = response.usage
-    if usage is not None:
-        record_usage(usage.prompt_tokens, usage.completion_tokens)
-    else:
-        # Some compatible servers omit usage: meter an o200k estimate rather than nothing, so a
-        # step that called a model never looks free.
-        norm = sim.normalize_messages(msgs)
-        record_usage(sim.count_prompt_tokens(norm), sim.count_tokens(text))
     return text

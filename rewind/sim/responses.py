@@ -19,7 +19,8 @@ from .model import complete
 from .sampling import normalize_messages
 
 
-def _messages(body: dict) -> list:
+def messages_of(body: dict) -> list:
+    """The chat messages a Responses request amounts to (`instructions` first, as system)."""
     msgs = []
     if body.get("instructions"):
         msgs.append({"role": "system", "content": str(body["instructions"])})
@@ -44,7 +45,7 @@ def _validate(body: Any) -> tuple:
     model = body.get("model")
     if not isinstance(model, str) or not model:
         raise ValueError("'model' is required")
-    messages = _messages(body)
+    messages = messages_of(body)
     temperature = body.get("temperature")
     temperature = 1.0 if temperature is None else temperature
     if not isinstance(temperature, (int, float)) or isinstance(temperature, bool) or not 0 <= temperature <= 2:
