@@ -10,7 +10,10 @@ One concept per module, imported in this order (each only imports modules above 
     style      instructions in a prompt (points, case, tone, length, language) and applying them
     writers    one writer per task (plan, critique, revise, analyze, compose, generic)
     model      `complete(model, messages, ...)`: request -> `Completion`s
-    wire       OpenAI's wire format: `dispatch` for any transport, `handle_request` for httpx2
+    envelope   `SimResponse`, JSON bodies and OpenAI error objects
+    responses  the Responses API (`POST /v1/responses`, streaming events)
+    wire       the routes and chat completions: `dispatch` for any transport, `handle_request`
+               for httpx2
 
 This package owns no transport: `rewind.llm` mounts `handle_request` under the real openai
 client, `rewind.llm_server` serves `dispatch` over HTTP. `rewind.simulator` is the old name of
