@@ -1,9 +1,10 @@
 """`rewind.llm`: the one way Rewind's pipelines call a model, and the provider settings.
 
 Owns `chat` (through the real `openai` client, metering tokens into the running step),
-`client()` (the cached `openai.OpenAI` for the current configuration), `configure` /
+`client()` (the cached `openai.OpenAI` for the current configuration), `warm_up()` (the
+one-time start-up cost, paid before the first step rather than inside it), `configure` /
 `provider_info` / `reset` for the settings page and tests. With no `OPENAI_API_KEY` and no
-`OPENAI_BASE_URL` the provider is `rewind.simulator`, mounted in-process under the same
+`OPENAI_BASE_URL` the provider is `rewind.sim`, mounted in-process under the same
 client through an httpx2 MockTransport, so the SDK's request building, retries and response
 parsing are exercised exactly as they would be against a real endpoint.
 
@@ -17,17 +18,19 @@ import hashlib
 import os
 import re
 import threading
+import time
 import urllib.parse
 from collections.abc import Iterable
 from typing import Any, Optional
 
-from . import simulator
+from . import openai_meter, sim
 from .errors import ProviderError
-from .metering import record_usage  # re-exported: part of the public contract
+from .metering import current_meter, record_usage  # record_usage: part of the public contract
 
 __all__ = [
     "chat",
     "client",
+    "warm_up",
     "configure",
     "provider_info",
     "record_usage",
@@ -41,7 +44,7 @@ SIMULATOR = "simulator"
 OPENAI = "openai"
 SIMULATOR_BASE_URL = "http://simulator.rewind.invalid/v1"
 OPENAI_DEFAULT_BASE_URL = "https://api.openai.com/v1"
-DEFAULT_SIM_MODEL = simulator.DEFAULT_MODEL
+DEFAULT_SIM_MODEL = sim.DEFAULT_MODEL
 DEFAULT_REAL_MODEL = "gpt-4o-mini"
 # Sent when only a base URL is set: local OpenAI-compatible servers ignore the key, but the
 # SDK refuses to build a client without one.
@@ -52,6 +55,7 @@ DEFAULT_MAX_RETRIES = 2
 _lock = threading.RLock()
 _overrides: dict = {"provider": None, "base_url": None, "model": None}
 _clients: dict = {}
+_warm: set = set()  # client cache keys whose one-time initialisation is done
 
 
 # ---------------------------------------------------------------------------------------------
@@ -101,9 +105,9 @@ def configure(
     if _clients_for_gc:
         _close_all(_clients_for_gc)
     if simulator_latency_ms is not None:
-        simulator.set_latency(simulator_latency_ms)
+        sim.set_latency(simulator_latency_ms)
     if fail_next is not None:
-        simulator.inject_errors(fail_next)
+        sim.inject_errors(fail_next)
     return provider_info()
 
 
@@ -180,7 +184,7 @@ def provider_info() -> dict:
         "model": cfg["model"],
         "key_present": bool(cfg["key"]),
         "configured": overridden,
-        "simulator_latency_ms": simulator.latency_ms(),
+        "simulator_latency_ms": sim.latency_ms(),
     }
 
 
@@ -205,7 +209,7 @@ def _build_client(cfg: dict):
             api_key="sim",
             base_url=SIMULATOR_BASE_URL,
             max_retries=max_retries,
-            http_client=httpx2.Client(transport=httpx2.MockTransport(simulator.handle_request)),
+            http_client=httpx2.Client(transport=httpx2.MockTransport(sim.handle_request)),
         )
     key = cfg["key"]
     if not key:
@@ -243,10 +247,51 @@ def client():
         return c
 
 
+def warm_up() -> float:
+    """Do now, once, what the first model call of a process would otherwise pay for (~1 s): load
+    the o200k tokenizer, import the openai SDK, build the client for the current settings and
+    the SDK's response models. Sends no request. Returns the seconds spent (0.0 when already warm
+    for these settings), so a caller can show a spinner or keep the time out of a latency.
+    """
+    cfg = _resolve()
+    ck = _cache_key(cfg)
+    if ck in _warm:
+        return 0.0
+    started = time.perf_counter()
+    with _lock:
+        if ck in _warm:  # another thread warmed it while this one waited
+            return 0.0
+        sim.warm()
+        c = client()
+        c.chat.completions  # the SDK imports its resources lazily, on first attribute access
+        c.platform_headers()  # computed once per process, by running `uname`-like probes
+        _build_response_models()
+        _warm.add(ck)
+    return time.perf_counter() - started
+
+
+def _build_response_models() -> None:
+    # The SDK builds its pydantic schemas on the first response it parses (~30 ms): build them
+    # from a sample instead. Private API of openai, hence best effort: a miss costs only time.
+    try:
+        from openai._models import construct_type
+        from openai.types.chat import ChatCompletion
+
+        construct_type(type_=ChatCompletion, value={
+            "id": "warm", "object": "chat.completion", "created": 0, "model": "warm",
+            "choices": [{"index": 0, "finish_reason": "stop",
+                         "message": {"role": "assistant", "content": ""}}],
+            "usage": {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0},
+        })
+    except Exception:  # noqa: BLE001 - an optimisation must never break a model call
+        pass
+
+
 def _drop_clients() -> list:
     with _lock:
         old = list(_clients.values())
         _clients.clear()
+        _warm.clear()
     return old
 
 
@@ -269,7 +314,7 @@ def reset() -> None:
         for k in _overrides:
             _overrides[k] = None
     reset_client()
-    simulator.reset()
+    sim.reset()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -330,15 +375,22 @@ def chat(
 ) -> str:
     """Send a chat completion; return the assistant's text and meter its tokens.
 
-    Tokens go to the running step through `record_usage` (nothing is recorded outside a step).
+    Tokens and the call's record go to the running step through `rewind.openai_meter`, the same
+    path that meters a user's own openai client (nothing is recorded outside a step).
     Any failure after the SDK's own retries is a `ProviderError` saying which endpoint, which
     model and what went wrong, without the API key.
     """
     import openai
 
+    openai_meter.install()  # the tokens of this call are metered on the request path
     if isinstance(messages, (str, bytes)) or not isinstance(messages, Iterable):
         raise ProviderError("chat() takes a list of messages like [{'role': 'user', 'content': '...'}]")
     msgs = [dict(m) if isinstance(m, dict) else m for m in messages]
+    init_s = warm_up()
+    if init_s:  # one-time start-up work is not this step's latency: the engine subtracts it
+        meter = current_meter()
+        if meter is not None:
+            meter.init_ms += init_s * 1000
     cfg = _resolve()
     name = _effective_model(model, cfg)
     kwargs: dict = {"model": name, "messages": msgs}
@@ -363,12 +415,4 @@ def chat(
         if refusal:
             raise ProviderError(f"model {name!r} refused: {_redact(refusal, cfg['key'])}")
         text = ""
-    usage = response.usage
-    if usage is not None:
-        record_usage(usage.prompt_tokens, usage.completion_tokens)
-    else:
-        # Some compatible servers omit usage: meter an o200k estimate rather than nothing, so a
-        # step that called a model never looks free.
-        norm = simulator.normalize_messages(msgs)
-        record_usage(simulator.count_prompt_tokens(norm), simulator.count_tokens(text))
     return text

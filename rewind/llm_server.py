@@ -1,7 +1,7 @@
 """`rewind.llm_server`: the simulator as an OpenAI-compatible HTTP server.
 
 Owns `serve` (used by `python -m rewind serve-llm`) and `start_in_thread` (for tests). It adds
-no behaviour of its own: every request goes to `rewind.simulator.dispatch`, the same code the
+no behaviour of its own: every request goes to `rewind.sim.dispatch`, the same code the
 in-process MockTransport uses, so HTTP and in-process answers are byte-identical.
 
     POST /v1/chat/completions   (stream=true with stream_options.include_usage supported)
@@ -18,7 +18,7 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Optional
 
-from . import simulator
+from . import sim
 
 MAX_BODY = 32 * 1024 * 1024
 
@@ -69,7 +69,7 @@ class _Handler(BaseHTTPRequestHandler):
         if body is None:
             self.send_error(413, "request body too large")
             return
-        res = simulator.dispatch(self.command, self.path, body)
+        res = sim.dispatch(self.command, self.path, body)
         self.send_response(res.status)
         for name, value in res.headers.items():
             self.send_header(name, value)
@@ -131,9 +131,9 @@ def serve(
 ) -> None:
     """Serve the simulator until interrupted (Ctrl-C returns cleanly)."""
     if latency_ms is not None:
-        simulator.set_latency(latency_ms)
+        sim.set_latency(latency_ms)
     server = make_server(host, port, verbose=verbose)
-    simulator.warm()  # load the tokenizer before the first request, not during it
+    sim.warm()  # load the tokenizer before the first request, not during it
     print(f"Rewind LLM simulator listening on {server.base_url}  "
           f"(export OPENAI_BASE_URL={server.base_url})", file=sys.stderr, flush=True)
     if ready_event is not None:

@@ -1,8 +1,9 @@
-"""Which step is running right now, and the tokens it has spent.
+"""Which step is running right now, the tokens it has spent and the model calls it made.
 
-The engine opens a `StepMeter` around every node execution; `record_usage` (and `rewind.llm.chat`)
-add into the innermost one. Outside a step nothing is recorded and nothing is raised: the same
-node code runs in plain Burr, in tests and in an audit.
+The engine opens a `StepMeter` around every node execution; `record_usage` (and `record_call`,
+used by `rewind.openai_meter` for every call through an openai client, `rewind.llm.chat`'s
+included) add into the innermost one. Outside a step nothing is recorded and nothing is raised:
+the same node code runs in plain Burr, in tests and in an audit.
 """
 
 from __future__ import annotations
@@ -10,7 +11,31 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import dataclasses
-from typing import Any, Iterator, Optional
+from typing import Any, Callable, Iterator, Optional
+
+
+@dataclasses.dataclass
+class ModelCall:
+    """One model request made during a step, as the dashboard shows it."""
+
+    api: str                   # "chat.completions" or "responses"
+    model: str
+    messages: list             # [{role, content}] as sent (a Responses `input` as messages)
+    params: dict               # every other request field: temperature, seed, max_tokens, stream...
+    response_text: str
+    prompt_tokens: int
+    completion_tokens: int
+    latency_ms: float
+    usage_reported: bool = True  # False: the server sent no usage, the tokens are an o200k count
+    error: Optional[str] = None  # the failure, when the call raised (tokens are then 0)
+
+    @property
+    def tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
+    def to_dict(self) -> dict:
+        """JSON-ready (for the step record)."""
+        return dataclasses.asdict(self)
 
 
 @dataclasses.dataclass
@@ -22,6 +47,11 @@ class StepMeter:
     # The store for the tool cache (None: tools run uncached, as in an audit).
     tool_store: Any = None
     tool_hits: int = 0
+    # Milliseconds of one-time process initialisation (tokenizer, SDK import, client) that a
+    # call in this step paid for: not the node's latency, so the engine subtracts it.
+    init_ms: float = 0.0
+    # Every model call of the step, in order (`ModelCall`), for the step record.
+    calls: list = dataclasses.field(default_factory=list)
 
     @property
     def tokens(self) -> int:
@@ -31,6 +61,14 @@ class StepMeter:
 _current: contextvars.ContextVar[Optional[StepMeter]] = contextvars.ContextVar(
     "rewind_step_meter", default=None
 )
+# Run each time a meter opens, before the node: `rewind.openai_meter` registers its installer
+# here so that a user's openai client is hooked even if openai was imported after rewind.
+_on_open: list = []
+
+
+def on_meter_open(fn: Callable[[], None]) -> None:
+    if fn not in _on_open:
+        _on_open.append(fn)
 
 
 def current_meter() -> Optional[StepMeter]:
@@ -39,6 +77,8 @@ def current_meter() -> Optional[StepMeter]:
 
 @contextlib.contextmanager
 def metering(meter: StepMeter) -> Iterator[StepMeter]:
+    for fn in _on_open:
+        fn()
     token = _current.set(meter)
     try:
         yield meter
@@ -58,3 +98,14 @@ def record_usage(prompt_tokens: int, completion_tokens: int) -> None:
     meter.prompt_tokens += max(prompt, 0)
     meter.completion_tokens += max(completion, 0)
     meter.model_calls += 1
+
+
+def record_call(call: ModelCall, meter: Optional[StepMeter] = None) -> None:
+    """Add one model call (its tokens and its record) to `meter`, or to the running step."""
+    meter = meter if meter is not None else _current.get()
+    if meter is None:
+        return
+    meter.prompt_tokens += max(int(call.prompt_tokens or 0), 0)
+    meter.completion_tokens += max(int(call.completion_tokens or 0), 0)
+    meter.model_calls += 1
+    meter.calls.append(call)

