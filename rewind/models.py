@@ -67,6 +67,8 @@ class Step:
     runtime_refs: dict = dataclasses.field(default_factory=dict, repr=False)
     units: dict = dataclasses.field(default_factory=dict, repr=False)   # code unit -> hash
     files: dict = dataclasses.field(default_factory=dict, repr=False)   # file read -> hash
+    # the model calls the step made: model, messages, params, response text, tokens, latency
+    calls: list = dataclasses.field(default_factory=list, repr=False)
     _loader: Any = dataclasses.field(default=None, repr=False, compare=False)
     _inputs: Optional[dict] = dataclasses.field(default=None, repr=False, compare=False)
     _outputs: Optional[dict] = dataclasses.field(default=None, repr=False, compare=False)

@@ -57,10 +57,13 @@ def record_step(ctx: ExecutionContext, record: StepRecord, sequence_id: Optional
         doc_fields["units"] = record.units
     if record.files:
         doc_fields["files"] = record.files
+    if record.calls:  # what the model was asked and answered, for the step view
+        doc_fields["calls"] = record.calls
     doc_hash, doc_data = ctx.store.memo_doc(
         ("step", tuple(record.field_hashes.items()), tuple(record.inputs.items()),
          tuple(outputs.items()), record.output_hash, record.input_hash, record.params_json,
-         tuple(record.runtime.items()), tuple(record.units.items()), tuple(record.files.items())),
+         tuple(record.runtime.items()), tuple(record.units.items()), tuple(record.files.items()),
+         json.dumps(record.calls, sort_keys=True, default=str) if record.calls else None),
         lambda: doc_fields,
     )
     if doc_hash not in ctx.new_blobs:
@@ -93,6 +96,7 @@ def record_step(ctx: ExecutionContext, record: StepRecord, sequence_id: Optional
         run_id=ctx.run_id, source_run=record.source_run, started_at=record.started_at,
         input_refs=dict(record.inputs), output_refs=dict(outputs),
         runtime_refs=dict(record.runtime), units=dict(record.units), files=dict(record.files),
+        calls=list(record.calls),
         _loader=ctx.store.values,
     )
     ctx.steps.append(step)
@@ -139,7 +143,8 @@ def step_from_row(row: dict, store: Any, docs: Optional[dict] = None,
         source_run=row["source_run"], started_at=row["started_at"],
         input_refs=field("inputs"), output_refs=field("outputs"),
         runtime_refs=dict(doc.get("runtime") or {}), units=dict(doc.get("units") or {}),
-        files=dict(doc.get("files") or {}), _loader=store.values,
+        files=dict(doc.get("files") or {}), calls=list(doc.get("calls") or []),
+        _loader=store.values,
     )
 
 

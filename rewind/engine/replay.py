@@ -203,16 +203,22 @@ class ReplayAction(SingleStepAction):
             record.files = dict(reads.files)
             self._finish_outputs(ctx, spec, record, done.outputs, done.deleted)
         except BaseException as e:
-            record.prompt_tokens, record.completion_tokens = meter.prompt_tokens, meter.completion_tokens
+            self._metered(record, meter)
             record.fail(f"{type(e).__name__}: {e}")
             record.latency_ms = (time.perf_counter() - started) * 1000
             ctx.last_error = f"{spec.node}: {record.error}"
             raise
-        record.prompt_tokens, record.completion_tokens = meter.prompt_tokens, meter.completion_tokens
+        self._metered(record, meter)
         if policy.cacheable:
             self._cache_entry(ctx, spec, record, entry, expired)
-        record.latency_ms = (time.perf_counter() - started) * 1000
+        # one-time set-up (the tokenizer, the client) is the process's cost, not the node's
+        record.latency_ms = max((time.perf_counter() - started) * 1000 - meter.init_ms, 0.0)
         return done.result, apply_outputs(state, done.outputs, spec.writes, done.deleted)
+
+    @staticmethod
+    def _metered(record: StepRecord, meter: StepMeter) -> None:
+        record.prompt_tokens, record.completion_tokens = meter.prompt_tokens, meter.completion_tokens
+        record.calls = [c.to_dict() for c in meter.calls]
 
     # --- outputs -------------------------------------------------------------------------------
     @staticmethod
