@@ -9,6 +9,9 @@ import streamlit as st
 import rewind
 from rewind_ui import core, fmt
 from rewind_ui import graph as ug
+from rewind_ui import shell
+
+shell.page_guard()  # before anything is drawn: see rewind_ui/shell.py
 
 rw = core.get_rw()
 md = fmt.md_escape

@@ -300,13 +300,15 @@ def ui_settings() -> dict:
 
 # --- selection state and deep links ------------------------------------------------------------
 
-def deep_link(names: tuple) -> Optional[dict]:
+def deep_link(names: tuple, consume: bool = True) -> Optional[dict]:
     """The query params `names` when they changed since this session last read or wrote them
-    (an opened or edited URL), else None."""
+    (an opened or edited URL), else None. `consume=False` only looks: the page that acts on
+    the link still gets it."""
     current = {k: (st.query_params.get(k) or None) for k in names}
     seen_key = "_qp_seen:" + ",".join(names)
     if any(current.values()) and st.session_state.get(seen_key) != current:
-        st.session_state[seen_key] = current
+        if consume:
+            st.session_state[seen_key] = current
         return current
     return None
 
