@@ -22,17 +22,22 @@ from typing import Optional
 
 import streamlit as st
 
-from . import core
+from . import core, selection
+
+RUNS_PAGE = "pages/runs.py"
+FORK_PAGE = "pages/fork.py"
+DIFF_PAGE = "pages/diff.py"
+SETTINGS_PAGE = "pages/settings.py"
 
 PAGE_TITLE = "Rewind"
 PAGE_ICON = "⏪"
 
 # (script, title, icon, url path); the first is the default page
 PAGES = (
-    (core.RUNS_PAGE, "Runs", ":material/list:", "runs"),
-    (core.FORK_PAGE, "Fork", ":material/call_split:", "fork"),
-    (core.DIFF_PAGE, "Diff", ":material/difference:", "diff"),
-    (core.SETTINGS_PAGE, "Settings", ":material/settings:", "settings"),
+    (RUNS_PAGE, "Runs", ":material/list:", "runs"),
+    (FORK_PAGE, "Fork", ":material/call_split:", "fork"),
+    (DIFF_PAGE, "Diff", ":material/difference:", "diff"),
+    (SETTINGS_PAGE, "Settings", ":material/settings:", "settings"),
 )
 # Streamlit serves the default page at `/` only, and names it by a hash of its url path: the
 # default page gets an internal path nobody links to, so that `/runs?…` can be a hidden alias
@@ -67,7 +72,7 @@ def run_app() -> None:
         core.bump()
     # a new `?a=…&b=…` on the default page is a diff link; the diff page itself leaves a and b
     # in the URL, so only a link this session has not seen yet counts
-    link = core.deep_link(("a", "b"), consume=False)
+    link = selection.deep_link(("a", "b"), consume=False)
     if page is listed[0] and link and link["a"] and link["b"] and not st.query_params.get("run"):
         st.switch_page(listed[2], query_params={"a": link["a"], "b": link["b"]})
     with st.sidebar:
