@@ -38,11 +38,12 @@ def draw_graph(spec: dict, state_key: str, height: int = 140) -> Optional[str]:
              **({"label": e["label"], "font": {"size": 10, "color": "#607d8b"}} if e["label"] else {}))
         for e in spec["edges"]
     ]
-    config = Config(
-        width=900, height=height, directed=True, physics=False, hierarchical=True,
-        direction="LR", sortMethod="directed", levelSeparation=120, nodeSpacing=80,
-        interaction={"hover": True, "tooltipDelay": 120, "zoomView": False, "dragView": True},
-    )
+    config = Config(height=height, directed=True, physics=False, hierarchical=True,
+                    interaction={"hover": True, "tooltipDelay": 120, "zoomView": False, "dragView": True})
+    # layout options go inside `layout.hierarchical`: Config copies any other keyword to the
+    # top level, where vis.js ignores it ("Unknown option") and the graph is laid out top-down
+    config.layout["hierarchical"].update(direction="LR", sortMethod="directed", levelSeparation=120,
+                                         nodeSpacing=80)
     config.width = "100%"
     value = agraph(nodes=nodes, edges=edges, config=config)
     # report a click only when the value changes (a redrawn graph with new data starts again

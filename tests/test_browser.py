@@ -180,9 +180,14 @@ def test_a_deep_link_as_the_first_visit_gets_the_app_shell(server, browser, targ
     }[target]
     page = browser.new_page(viewport={"width": 1440, "height": 1000})
     page.set_default_timeout(STEP_TIMEOUT_MS)
+    console: list = []
+    page.on("console", lambda m: console.append(m.text))
     page.goto(server["url"] + path)
     settle(page, expect)
     assert_app_shell(page)
+    for frame in page.frames[1:]:  # the graph has been drawn
+        frame.wait_for_selector("canvas", timeout=STEP_TIMEOUT_MS)
+    assert not [m for m in console if "Unknown option" in m], console
     assert not page.get_by_text("Page not found").count()
     if target == "diff":
         assert f"a={root.id}" in page.url and f"b={fork.id}" in page.url
