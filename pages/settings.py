@@ -5,7 +5,9 @@ import os
 import streamlit as st
 
 import rewind
-from rewind_ui import core, fmt
+from rewind_ui import core, fmt, shell
+
+shell.page_guard()  # before anything is drawn: see rewind_ui/shell.py
 
 rw = core.get_rw()
 md = fmt.md_escape
@@ -19,8 +21,8 @@ backend = "PostgreSQL" if url.startswith(("postgresql://", "postgres://")) else 
 st.caption(f"{backend} store (from {'REWIND_DB' if os.environ.get('REWIND_DB') else 'the default ./rewind.db'})")
 st.code(fmt.mask_url(url), language=None)
 d1, d2 = st.columns(2)
-d1.metric("Runs", f"{core.runs_count():,}")
-d2.metric("Forks", f"{core.runs_count(forks_only=True):,}")
+d1.metric("Runs", fmt.fmt_count(core.runs_count()))
+d2.metric("Forks", fmt.fmt_count(core.runs_count(forks_only=True)))
 
 # --- model provider ----------------------------------------------------------------------------
 st.subheader("Model provider")
@@ -69,10 +71,11 @@ st.caption("A fork sends a temperature only when you apply it to a node: the rec
 st.subheader("Cache")
 stats = core.cache_stats()
 c = st.columns(5)
-c[0].metric("Node entries", f"{stats.get('entries', 0):,}")
-c[1].metric("Hits served", f"{stats.get('hits', 0):,}")
-c[2].metric("Tool entries", f"{stats.get('tool_entries', 0):,}", help=f"{stats.get('tool_hits', 0):,} tool hits")
-c[3].metric("Stored values", f"{stats.get('blobs', 0):,}")
+c[0].metric("Node entries", fmt.fmt_count(stats.get("entries", 0)))
+c[1].metric("Hits served", fmt.fmt_count(stats.get("hits", 0)))
+c[2].metric("Tool entries", fmt.fmt_count(stats.get("tool_entries", 0)),
+            help=f"{fmt.fmt_count(stats.get('tool_hits', 0))} tool hits")
+c[3].metric("Stored values", fmt.fmt_count(stats.get("blobs", 0)))
 c[4].metric("Size", fmt.fmt_bytes(stats.get("blob_bytes", 0)), help="content-addressed values (blobs)")
 if stats.get("oldest"):
     st.caption(f"Oldest node entry: {fmt.fmt_ts(stats['oldest'])}")
@@ -86,7 +89,7 @@ with st.container(border=True):
         would = None
         st.error(md(e))
     if would is not None:
-        st.caption(f"{would:,} cache entries (node and tool) are older than {days:g} days.")
+        st.caption(f"{fmt.fmt_count(would)} cache entries (node and tool) are older than {days:g} days.")
     confirm = st.checkbox("I understand these entries will be deleted: later replays of those "
                           "nodes will execute (and spend tokens) again.", key="purge_confirm")
 
@@ -97,7 +100,7 @@ with st.container(border=True):
             st.session_state["purge_msg"] = ("error", str(e))
         else:
             core.bump()
-            st.session_state["purge_msg"] = ("ok", f"Purged {n:,} cache entries older than {days:g} days.")
+            st.session_state["purge_msg"] = ("ok", f"Purged {fmt.fmt_count(n)} cache entries older than {days:g} days.")
         st.session_state["purge_confirm"] = False
 
     st.button("Purge", icon=":material/delete:", disabled=not confirm or not would, on_click=_purge)

@@ -1,2 +1,18 @@
 """Thin UI helpers for the Streamlit dashboard (app.py, pages/). Not part of `rewind`:
-`rewind` never imports streamlit; this package only calls rewind's public API."""
+`rewind` never imports streamlit; this package only calls rewind's public API.
+
+    shell       the app shell: the four pages, navigation, page config, sidebar, page guard
+    core        the Rewind handle per store URL, cached read queries, registered pipelines
+    selection   session selection (run, node, fork point, diff pair), deep links, URL sync
+    picker      the graph + step picker component shared by Runs, Fork and Diff
+    progress    the progress bar behind audit and noise-band callbacks
+    editors     the Fork page's value widgets and change detection
+
+pure (no streamlit import, tested in tests/test_ui_views.py):
+
+    fmt         every number, time, hash, label and safe text the dashboard prints
+    graph       graph specs: node colours and tooltips by step status or diff outcome
+    steps       the picker's choices and how a deep link or a click becomes one
+    charts      the plotly bar charts
+    runs_view   fork_view   diff_view       the three pages' view-models
+"""

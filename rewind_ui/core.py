@@ -1,8 +1,9 @@
 """The dashboard's handle on Rewind: one `Rewind` per store URL (st.cache_resource), cached
-read queries invalidated by a version counter, the demo pipeline, and selection state that
-survives page switches and deep links.
+read queries invalidated by a version counter, the demo pipeline and the registered ones.
 
-Everything here goes through the public API of `rewind`; pages never see SQL.
+Everything here goes through the public API of `rewind`; pages never see SQL. Records that
+rewind returns as dicts today (lineage, alarms, the next node) are read through `_get`, which
+also reads attributes, so the typed records rewind is moving to need no change here.
 """
 
 from __future__ import annotations
@@ -11,28 +12,27 @@ import importlib
 import os
 import threading
 import time
-from typing import Any, Callable, Optional
+from typing import Any, Optional
 
 import streamlit as st
 
 import rewind
 from rewind import Rewind
 
-from .fmt import fmt_ts
-
-RUNS_PAGE = "pages/runs.py"
-FORK_PAGE = "pages/fork.py"
-DIFF_PAGE = "pages/diff.py"
-SETTINGS_PAGE = "pages/settings.py"
+from .fmt import fmt_ts, to_jsonable
 
 DEMO_MODULE = "rewind.pipelines.research"
 QUERY_TTL_S = 5
 
-# session-state keys (plain keys, not widget keys: Streamlit never clears them on page switch)
-SEL_RUN, SEL_NODE = "sel_run", "sel_node"
-FORK_RUN, FORK_NODE = "fork_run", "fork_node"
-DIFF_A, DIFF_B = "diff_a", "diff_b"
-LAST_FORK = "last_fork"
+
+
+def _get(record: Any, name: str, default: Any = None) -> Any:
+    """A field of a rewind record, whether it is a dict or a typed record."""
+    if record is None:
+        return default
+    if isinstance(record, dict):
+        return record.get(name, default)
+    return getattr(record, name, default)
 
 
 # --- the store -----------------------------------------------------------------------------------
@@ -192,43 +192,42 @@ def find_run(run_id: Optional[str]) -> Optional[Any]:
 @st.cache_data(ttl=QUERY_TTL_S, max_entries=128, show_spinner=False)
 def _lineage(url: str, ver: int, run_id: str) -> dict:
     lin = _handle(url).lineage(run_id)
+
+    def row_of(a: Any) -> Any:  # an ancestor's run row (a dict today), or the record itself
+        return _get(a, "row") if _get(a, "row") is not None else a
+
     return {
         "ancestors": [
-            {"id": a["id"], "missing": a["missing"],
-             "fork_node": (a.get("row") or {}).get("fork_node"),
-             "summary": (a.get("row") or {}).get("summary")}
-            for a in lin["ancestors"]
+            {"id": _get(a, "id"), "missing": bool(_get(a, "missing", False)),
+             "fork_node": _get(row_of(a), "fork_node"), "summary": _get(row_of(a), "summary")}
+            for a in _get(lin, "ancestors", [])
         ],
         "children": [
-            {"id": c["id"], "fork_node": c.get("fork_node"), "status": c.get("status"),
-             "total_tokens": c.get("total_tokens")}
-            for c in lin["children"]
+            {"id": _get(c, "id"), "fork_node": _get(c, "fork_node"), "status": _get(c, "status"),
+             "total_tokens": _get(c, "total_tokens")}
+            for c in _get(lin, "children", [])
         ],
     }
 
 
 def lineage(run_id: str) -> dict:
+    """{"ancestors": [{id, missing, fork_node, summary}], "children": [{id, fork_node, status,
+    total_tokens}]} (oldest ancestor first)."""
     get_rw()
     return _lineage(db_url(), version(), str(run_id))
 
 
-def next_visit(run: Any) -> Optional[Any]:
-    """The node an interrupted run never reached, as a not-yet-run Step the Fork page can
-    prefill from (its read fields from the state saved before it); None if there is none."""
+def next_node(run_id: str) -> Optional[dict]:
+    """The visit an interrupted run never reached, {"node", "occurrence", "state"} (the state
+    saved before it); None when there is none or it cannot be told."""
     try:
-        nxt = get_rw().next_node(run.id)
+        nxt = get_rw().next_node(run_id)
     except rewind.RewindError:
         return None
     if nxt is None:
         return None
-    pipeline = find_pipeline(run.pipeline)
-    reads = pipeline.reads(nxt["node"]) if pipeline is not None else []
-    return rewind.Step(
-        node=nxt["node"], status="not reached", input_hash=None, output_hash=None,
-        occurrence=nxt["occurrence"], params=pipeline.params(nxt["node"]) if pipeline else {},
-        reason="the run stopped before this node; a fork runs it from the state saved before it",
-        _inputs={k: nxt["state"][k] for k in reads if k in nxt["state"]}, _outputs={},
-    )
+    return {"node": _get(nxt, "node"), "occurrence": int(_get(nxt, "occurrence", 1) or 1),
+            "state": dict(_get(nxt, "state") or {})}
 
 
 @st.cache_resource(ttl=QUERY_TTL_S * 4, max_entries=64, show_spinner=False)
@@ -243,9 +242,12 @@ def graph_of(run: Any) -> tuple:
     return _graph(db_url(), version(), run.id)
 
 
+ALARM_FIELDS = ("node", "input_hash", "output_hash_a", "output_hash_b", "run_id", "created_at")
+
+
 @st.cache_data(ttl=QUERY_TTL_S, max_entries=8, show_spinner=False)
 def _alarms(url: str, ver: int) -> list:
-    return list(_handle(url).alarms())
+    return [{k: _get(a, k) for k in ALARM_FIELDS} for a in _handle(url).alarms()]
 
 
 def alarms() -> list:
@@ -256,7 +258,7 @@ def alarms() -> list:
 def alarms_for(run: Any) -> list:
     """Nondeterminism alarms that concern a run: raised by it, or on a (node, input hash) it ran."""
     keys = {(s.node, s.input_hash) for s in run.steps}
-    return [a for a in alarms() if a.get("run_id") == run.id or (a.get("node"), a.get("input_hash")) in keys]
+    return [a for a in alarms() if a["run_id"] == run.id or (a["node"], a["input_hash"]) in keys]
 
 
 @st.cache_resource(ttl=QUERY_TTL_S * 4, max_entries=32, show_spinner=False)
@@ -271,7 +273,8 @@ def diff(a: str, b: str) -> Any:
 
 @st.cache_data(ttl=QUERY_TTL_S, max_entries=8, show_spinner=False)
 def _cache_stats(url: str, ver: int) -> dict:
-    return dict(_handle(url).cache_stats())
+    stats = _handle(url).cache_stats()
+    return dict(stats) if isinstance(stats, dict) else to_jsonable(stats)
 
 
 def cache_stats() -> dict:
@@ -296,72 +299,3 @@ def find_pipeline(name: str) -> Optional[Any]:
 def ui_settings() -> dict:
     """Settings shared by every session of this server (never holds a secret)."""
     return {"default_temperature": 0.7}
-
-
-# --- selection state and deep links ------------------------------------------------------------
-
-def deep_link(names: tuple) -> Optional[dict]:
-    """The query params `names` when they changed since this session last read or wrote them
-    (an opened or edited URL), else None."""
-    current = {k: (st.query_params.get(k) or None) for k in names}
-    seen_key = "_qp_seen:" + ",".join(names)
-    if any(current.values()) and st.session_state.get(seen_key) != current:
-        st.session_state[seen_key] = current
-        return current
-    return None
-
-
-def write_query_params(values: dict) -> None:
-    """Reflect the current selection in the URL, so it can be shared or reloaded."""
-    names = tuple(values)
-    for k, v in values.items():
-        if v:
-            if st.query_params.get(k) != str(v):
-                st.query_params[k] = str(v)
-        elif k in st.query_params:
-            del st.query_params[k]
-    st.session_state["_qp_seen:" + ",".join(names)] = {k: (str(v) if v else None) for k, v in values.items()}
-
-
-def bound_selectbox(label: str, options: list, state_key: str,
-                    format_func: Callable = str, **kwargs: Any) -> Any:
-    """A selectbox whose value lives in a plain session key (surviving page switches and
-    programmatic changes from buttons, graph clicks and deep links)."""
-    wkey = "_w_" + state_key
-    options = list(options)
-    cur = st.session_state.get(state_key)
-    if cur not in options:
-        cur = options[0] if options else None
-        st.session_state[state_key] = cur
-    st.session_state[wkey] = cur
-
-    def _sync() -> None:
-        st.session_state[state_key] = st.session_state[wkey]
-
-    st.selectbox(label, options, key=wkey, format_func=format_func, on_change=_sync, **kwargs)
-    return st.session_state.get(state_key)
-
-
-def select_run(run_id: Optional[str], node: Optional[str] = None) -> None:
-    st.session_state[SEL_RUN] = run_id
-    st.session_state[SEL_NODE] = node
-
-
-def open_fork(run_id: str, node_key: Optional[str]) -> None:
-    st.session_state[FORK_RUN] = run_id
-    st.session_state[FORK_NODE] = node_key
-
-
-def open_diff(a: str, b: str) -> None:
-    st.session_state[DIFF_A] = a
-    st.session_state[DIFF_B] = b
-
-
-def run_label(row: Any) -> str:
-    """`id · pipeline · question…` for selectboxes (a row dict or a Run)."""
-    get = row.get if isinstance(row, dict) else (lambda k, d=None: getattr(row, k, d))
-    summary = " ".join(str(get("summary") or "").split())
-    if len(summary) > 48:
-        summary = summary[:47] + "…"
-    fork = f" ↳{get('fork_node')}" if get("parent_id") else ""
-    return f"{get('id')} · {get('pipeline')}{fork} · {summary}"

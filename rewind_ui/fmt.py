@@ -1,4 +1,5 @@
-"""Formatting and safe text helpers. Pure functions: no streamlit import, easy to test.
+"""Every number, time, hash, label and safe text the dashboard prints, in one place, so each
+page says `1.23 s` and `1,234 tokens` the same way. Pure functions: no streamlit import.
 
 Model output is untrusted: it is shown with st.text / st.code / st.json, never as markdown with
 HTML. Where a short untrusted string must sit inside markdown (a label, a caption), it goes
@@ -54,23 +55,80 @@ def short_hash(h: Optional[str], n: int = 10) -> str:
     return (h or "")[:n] if h else "—"
 
 
-def fmt_tokens(n: Any) -> str:
+def fmt_count(n: Any) -> str:
+    """`1,234`; `—` for something that is not a number."""
     try:
         return f"{int(n):,}"
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         return "—"
 
 
+def fmt_tokens(n: Any) -> str:
+    return fmt_count(n)
+
+
 def fmt_ms(ms: Any) -> str:
+    """A latency for reading: `8.5 ms`, `312 ms`, `1.23 s`, `12.3 s`."""
     try:
         ms = float(ms)
     except (TypeError, ValueError):
+        return "—"
+    if not math.isfinite(ms):
         return "—"
     if ms >= 10_000:
         return f"{ms / 1000:.1f} s"
     if ms >= 1000:
         return f"{ms / 1000:.2f} s"
     return f"{ms:.0f} ms" if ms >= 10 else f"{ms:.1f} ms"
+
+
+# tables and charts carry latency as a number (sortable, plottable), always in this unit
+LATENCY_UNIT = "ms"
+LATENCY_COLUMN = f"Latency ({LATENCY_UNIT})"
+
+
+def latency_value(ms: Any) -> float:
+    """A latency as a table or chart number, in LATENCY_UNIT."""
+    try:
+        v = float(ms or 0)
+    except (TypeError, ValueError):
+        return 0.0
+    return round(v, 1) if math.isfinite(v) else 0.0
+
+
+MATCH_MARK = {True: "✓ same", False: "✗ differs", None: "– n/a"}
+STABLE_MARK = {True: "✓ stable", False: "✗ unstable", None: "—"}
+
+
+def step_line(step: Any) -> str:
+    """One progress line for a finished step (markdown; names escaped)."""
+    key = step_key(step.node, getattr(step, "occurrence", 1))
+    saved = getattr(step, "tokens_saved", 0)
+    return (f"{status_dot(step.status)} **{md_escape(key)}** — {md_escape(step.status)} · "
+            f"{fmt_tokens(step.tokens)} tokens" + (f" (saved {fmt_tokens(saved)})" if saved else "")
+            + f" · {fmt_ms(step.latency_ms)}")
+
+
+def spent_saved(run: Any) -> str:
+    return f"{fmt_tokens(run.total_tokens)} tokens spent, {fmt_tokens(run.tokens_saved)} saved"
+
+
+def keys_list(keys: Any) -> str:
+    """`plan, critique` (escaped) or `none`."""
+    return ", ".join(md_escape(k) for k in keys) or "none"
+
+
+def json_line(value: Any, limit: int = 500) -> str:
+    """Compact one-line JSON of any value, cut at `limit` characters (plain text)."""
+    text = json.dumps(to_jsonable(value), ensure_ascii=False)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def run_label(row: Any) -> str:
+    """`id · pipeline ↳fork-node · question…` for selectboxes (a row dict or a Run)."""
+    get = row.get if isinstance(row, dict) else (lambda k, d=None: getattr(row, k, d))
+    fork = f" ↳{get('fork_node')}" if get("parent_id") else ""
+    return f"{get('id')} · {get('pipeline')}{fork} · {truncate(get('summary'), 48)}"
 
 
 def fmt_ts(ts: Any) -> str:

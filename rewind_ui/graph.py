@@ -1,15 +1,12 @@
-"""The pipeline graph for streamlit-agraph, coloured by step status or by diff outcome.
-
-`run_graph_spec` / `diff_graph_spec` are pure (lists of dicts); `show_graph` draws one and
-returns the node the user clicked *this time* (agraph's return value is sticky, so a click is
-only reported when the value changes).
+"""What the pipeline graph shows: nodes coloured by step status or by diff outcome, with
+tooltips. Pure (lists of dicts, no streamlit); rewind_ui/picker.py draws a spec.
 """
 
 from __future__ import annotations
 
 from typing import Any, Iterable, Optional
 
-from .fmt import tooltip_escape
+from .fmt import fmt_ms, fmt_tokens, tooltip_escape
 
 NOT_REACHED = "not reached"
 
@@ -89,7 +86,7 @@ def run_graph_spec(nodes: list, edges: list, steps: list, alarmed: Iterable[str]
         lines = [f"{n}: {status}"]
         for s in by_node.get(n, []):
             head = f"#{s.occurrence} {s.status}" if len(by_node[n]) > 1 else s.status
-            lines.append(f"{head} · {s.tokens} tokens · {s.latency_ms:.0f} ms")
+            lines.append(f"{head} · {fmt_tokens(s.tokens)} tokens · {fmt_ms(s.latency_ms)}")
             if s.reason:
                 lines.append(s.reason)
             if s.error:
@@ -152,38 +149,3 @@ def legend_html(colors: dict, help: Optional[dict] = None) -> str:
         )
     return "<div>" + "".join(items) + "</div>"
 
-
-def show_graph(st: Any, spec: dict, state_key: str, height: int = 140) -> Optional[str]:
-    """Draw `spec` with streamlit-agraph; the node id clicked since the last rerun, else None."""
-    try:
-        from streamlit_agraph import Config, Edge, Node, agraph
-    except Exception:  # pragma: no cover - the component is an install-time dependency
-        st.caption("(graph component unavailable: install streamlit-agraph)")
-        return None
-    nodes = [
-        Node(
-            id=n["id"], label=n["label"], title=n["title"], color=n["color"], shape="box",
-            font={"color": "#ffffff", "size": 16, "face": "sans-serif"}, margin=12,
-            borderWidth=1,
-        )
-        for n in spec["nodes"]
-    ]
-    edges = [
-        Edge(source=e["source"], target=e["target"], color="#90a4ae", arrows="to",
-             **({"label": e["label"], "font": {"size": 10, "color": "#607d8b"}} if e["label"] else {}))
-        for e in spec["edges"]
-    ]
-    config = Config(
-        width=900, height=height, directed=True, physics=False, hierarchical=True,
-        direction="LR", sortMethod="directed", levelSeparation=120, nodeSpacing=80,
-        interaction={"hover": True, "tooltipDelay": 120, "zoomView": False, "dragView": True},
-    )
-    config.width = "100%"
-    value = agraph(nodes=nodes, edges=edges, config=config)
-    # agraph has no key and returns the last clicked node on every rerun: report a click only
-    # when the value changes (a redrawn graph with new data starts again from None)
-    prev = st.session_state.get(state_key)
-    st.session_state[state_key] = value
-    if value and value != prev:
-        return str(value)
-    return None

@@ -1,7 +1,10 @@
 """End to end in a real browser: `streamlit run app.py` on a temp database, driven by Playwright
 on Debian's chromium. Create the demo run from the UI, fork it at critique with an edit, open the
-diff and check the verdict; one screenshot per page (test-artifacts/screenshots/, and the Runs
-page also in docs/screenshots/runs.png for the README when REWIND_UPDATE_SCREENSHOTS is set)."""
+diff and check the verdict, with one screenshot per page in test-artifacts/screenshots/. The
+documentation's pictures (docs/screenshots/, runs.png is README's) come from a separate run on
+clean data, free of the HTML probes, refreshed only when REWIND_UPDATE_SCREENSHOTS is set.
+And a deep link as the very first visit after the server starts gets the app shell (the four
+titled pages, the wide layout, the Refresh button), never Streamlit's legacy `pages/` menu."""
 
 from __future__ import annotations
 
@@ -16,9 +19,12 @@ from pathlib import Path
 
 import pytest
 
+import rewind
+
 ROOT = Path(__file__).resolve().parents[1]
 SHOTS = ROOT / "test-artifacts" / "screenshots"
-DOCS_SHOT = ROOT / "docs" / "screenshots" / "runs.png"
+DOCS_SHOTS = ROOT / "docs" / "screenshots"
+PROBES = ("<img", "onerror", "<script", "alert(")
 CHROMIUM_ARGS = [
     "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
     "--disable-background-networking", "--disable-component-update", "--disable-sync",
@@ -147,9 +153,57 @@ def commit(locator) -> None:
     locator.press("Control+Enter" if tag == "TEXTAREA" else "Enter")
 
 
-def test_demo_run_fork_and_diff_in_a_browser(server, browser):
-    import rewind
+def assert_app_shell(page) -> None:
+    """The navigation app.py draws, not the legacy one (lowercase file names, narrow page)."""
+    links = page.locator('[data-testid="stSidebarNav"] a')
+    links.first.wait_for()
+    # a material icon renders as its ligature name on a line of its own before the title
+    names = [t.strip().splitlines()[-1].strip() for t in links.all_inner_texts()]
+    assert names == ["Runs", "Fork", "Diff", "Settings"], names
+    page.get_by_role("button", name="Refresh data").wait_for()
+    width = page.locator('[data-testid="stMainBlockContainer"]').bounding_box()["width"]
+    viewport = page.viewport_size["width"]
+    assert width > 0.6 * viewport, f"narrow layout: main block {width}px of {viewport}px"
 
+
+@pytest.mark.parametrize("target", ["diff", "fork", "runs"])
+def test_a_deep_link_as_the_first_visit_gets_the_app_shell(server, browser, target):
+    from rewind.pipelines.research import SAMPLE_QUESTIONS, pipeline
+
+    with rewind.Rewind(server["db"]) as rw:  # written before any browser session exists
+        root = rw.run(pipeline, {"question": SAMPLE_QUESTIONS[0]})
+        fork = rw.fork(root.id, at="critique", edit={"question": SAMPLE_QUESTIONS[1]})
+    path, expect = {
+        "diff": (f"/diff?a={root.id}&b={fork.id}", "Diverged at"),
+        "fork": (f"/fork?run={root.id}&node=critique", "Fields it reads"),
+        "runs": (f"/runs?run={fork.id}&node=critique", "Step critique"),
+    }[target]
+    page = browser.new_page(viewport={"width": 1440, "height": 1000})
+    page.set_default_timeout(STEP_TIMEOUT_MS)
+    console: list = []
+    page.on("console", lambda m: console.append(m.text))
+    page.goto(server["url"] + path)
+    settle(page, expect)
+    assert_app_shell(page)
+    for frame in page.frames[1:]:  # the graph has been drawn
+        frame.wait_for_selector("canvas", timeout=STEP_TIMEOUT_MS)
+    assert not [m for m in console if "Unknown option" in m], console
+    assert not page.get_by_text("Page not found").count()
+    if target == "diff":
+        assert f"a={root.id}" in page.url and f"b={fork.id}" in page.url
+        assert "critique" in page.get_by_text("Diverged at").first.inner_text()
+    else:
+        want = root.id if target == "fork" else fork.id
+        assert f"run={want}" in page.url
+    # the next page, through the navigation app.py drew
+    page.get_by_role("link", name="Settings").click()
+    settle(page, "Model provider")
+    assert_app_shell(page)
+    log = server["log"].read_text(errors="replace")
+    assert "Traceback" not in log, log[-3000:]
+
+
+def test_demo_run_fork_and_diff_in_a_browser(server, browser):
     dialogs: list = []
     page = browser.new_page(viewport={"width": 1440, "height": 1400})
     page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
@@ -214,14 +268,41 @@ def test_demo_run_fork_and_diff_in_a_browser(server, browser):
     page.goto(f"{base}/?run={fork.id}&node=critique")
     settle(page, "Step critique")
     page.get_by_role("button", name=f"↑ {run.id}").wait_for()
-    runs_png = shot(page, "runs")
-    if os.environ.get("REWIND_UPDATE_SCREENSHOTS"):  # README's picture, refreshed on request
-        DOCS_SHOT.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(runs_png, DOCS_SHOT)
+    shot(page, "runs")
 
     # the edited question (with an <img onerror>) was shown as text everywhere, never as HTML
     assert not dialogs, f"text executed as script: {dialogs}"
     for frame in page.frames:
         assert frame.locator('img[src="x"]').count() == 0
+    log = server["log"].read_text(errors="replace")
+    assert "Traceback" not in log, log[-3000:]
+
+
+def test_page_screenshots_for_the_docs(server, browser):
+    """Every page on a demo run and a fork with an ordinary edit: no probe string anywhere on
+    the page, so the pictures can go in the README (copied there on request only)."""
+    from rewind.pipelines.research import SAMPLE_QUESTIONS, pipeline
+
+    with rewind.Rewind(server["db"]) as rw:
+        root = rw.run(pipeline, {"question": SAMPLE_QUESTIONS[0]})
+        fork = rw.fork(root.id, at="critique", edit={"question": SAMPLE_QUESTIONS[1]})
+    page = browser.new_page(viewport={"width": 1440, "height": 1400})
+    page.set_default_timeout(STEP_TIMEOUT_MS)
+    base = server["url"]
+    for name, path, expect in (
+        ("runs", f"/?run={fork.id}&node=critique", "Step critique"),
+        ("fork", f"/fork?run={root.id}&node=critique", "Fields it reads"),
+        ("diff", f"/diff?a={root.id}&b={fork.id}", "Diverged at"),
+        ("settings", "/settings", "Model provider"),
+    ):
+        page.goto(base + path)
+        settle(page, expect)
+        assert_app_shell(page)
+        png = shot(page, f"docs-{name}")
+        text = "\n".join(f.locator("body").inner_text() for f in page.frames)
+        assert not [p for p in PROBES if p in text], f"{name}: a probe string is on the page"
+        if os.environ.get("REWIND_UPDATE_SCREENSHOTS"):
+            DOCS_SHOTS.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(png, DOCS_SHOTS / f"{name}.png")
     log = server["log"].read_text(errors="replace")
     assert "Traceback" not in log, log[-3000:]

@@ -1,0 +1,104 @@
+"""The Diff page's view-model: which pair to show by default, the verdict and its numbers, the
+aligned rows, one node's field changes and the chart series, from a `TrajectoryDiff`. Pure (no
+streamlit).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+from . import fmt
+from .graph import diff_outcome
+from .steps import Choice
+
+
+def default_pair(newest_fork: Optional[dict], newest_two: list) -> tuple:
+    """(A, B): the newest fork against its parent, else the two newest runs, else (None, None)."""
+    if newest_fork:
+        return newest_fork["parent_id"], newest_fork["id"]
+    if len(newest_two) == 2:
+        return newest_two[1]["id"], newest_two[0]["id"]
+    return None, None
+
+
+def row_key(r: Any) -> str:
+    return fmt.step_key(r.node, r.occurrence)
+
+
+def rows_by_key(d: Any) -> dict:
+    return {row_key(r): r for r in d.rows}
+
+
+def choices(d: Any) -> list:
+    return [Choice(row_key(r), f"{row_key(r)} — {diff_outcome(r)}") for r in d.rows]
+
+
+def first_diverged(d: Any) -> Optional[str]:
+    return next((row_key(r) for r in d.rows if r.identical is False), None)
+
+
+def verdict(d: Any) -> tuple:
+    """("success" | "warning", markdown text) and the counts behind it."""
+    compared = [r for r in d.rows if r.identical is not None]
+    same = sum(1 for r in compared if r.identical)
+    if not d.diverged:
+        return "success", f"Identical: {same} of {len(compared)} compared nodes have the same output hash."
+    return "warning", (f"Diverged at **{fmt.md_escape(d.first_divergence)}**: {same} of {len(compared)} "
+                       f"compared nodes identical, {len(d.diverged)} diverged.")
+
+
+def metrics(d: Any) -> list:
+    """(label, value, delta) for the headline."""
+    compared = [r for r in d.rows if r.identical is not None]
+    same = sum(1 for r in compared if r.identical)
+    return [("Identical nodes", f"{same} / {len(compared)}", None),
+            ("First divergence", d.first_divergence or "none", None),
+            ("Tokens A", fmt.fmt_tokens(d.tokens_a), None),
+            ("Tokens B", fmt.fmt_tokens(d.tokens_b), int(d.tokens_b - d.tokens_a)),
+            ("Saved by B (cache)", fmt.fmt_tokens(getattr(d, "tokens_saved_b", 0)), None)]
+
+
+def fork_caption(run_a: Any, run_b: Any) -> Optional[str]:
+    """`B is a fork of A at critique · edit: {…}` when B forks A, else None (markdown)."""
+    if run_b.parent_id != run_a.id:
+        return None
+    md = fmt.md_escape
+    return (f"B is a fork of A at **{md(run_b.fork_node)}**"
+            + (f" · edit: {md(fmt.json_line(run_b.edit), 300)}" if run_b.edit else "")
+            + (f" · params: {md(fmt.json_line(run_b.params), 300)}" if run_b.params else ""))
+
+
+def table(d: Any, with_noise: bool) -> list:
+    return [
+        {"Node": k, "Match": fmt.MATCH_MARK[r.identical], "Outcome": diff_outcome(r),
+         "A status": r.a_status or "—", "B status": r.b_status or "—",
+         "A output hash": fmt.short_hash(r.a_hash, 12), "B output hash": fmt.short_hash(r.b_hash, 12),
+         "A tokens": r.a_tokens, "B tokens": r.b_tokens, "A reason": r.a_reason, "B reason": r.b_reason,
+         **({"Noise": r.noise or "—"} if with_noise else {})}
+        for k, r in rows_by_key(d).items()
+    ]
+
+
+def sides(r: Any, run_a: Any, run_b: Any) -> list:
+    """(label, run, output hash, status, reason) for the side-by-side view of one node."""
+    return [("A", run_a, r.a_hash, r.a_status, r.a_reason), ("B", run_b, r.b_hash, r.b_status, r.b_reason)]
+
+
+def field_rows(r: Any) -> list:
+    """One row per changed path of one node's outputs (values as one-line JSON)."""
+    return [{"Path": ch.get("path"), "Change": ch.get("change"),
+             "A": fmt.json_line(ch.get("a")), "B": fmt.json_line(ch.get("b"))}
+            for changes in (r.field_diffs or {}).values() for ch in changes]
+
+
+def token_series(d: Any) -> tuple:
+    return [r.a_tokens for r in d.rows], [r.b_tokens for r in d.rows]
+
+
+def latency_series(d: Any) -> tuple:
+    return ([fmt.latency_value(r.a_latency_ms) for r in d.rows],
+            [fmt.latency_value(r.b_latency_ms) for r in d.rows])
+
+
+def noise_rows(d: Any, k: int) -> list:
+    return [{"Node": row_key(r), f"Noise (k={k})": r.noise or "—"} for r in d.rows if r.identical is False]

@@ -1,0 +1,202 @@
+"""The Runs page's view-model: what the table, the run header, the lineage, the alarms, the step
+list, the charts, the step detail and the audit show, computed from rewind's records. Pure (no
+streamlit): pages/runs.py only lays these out, and tests check them without a browser.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+from . import fmt
+from .graph import STATUS_COLORS
+from .steps import numbered
+
+RUN_STATUSES = ("running", "completed", "failed", "interrupted")
+ALL = "(all)"
+PAGE_SIZES = (25, 50, 100, 200)
+MAX_CHILDREN = 30
+OTHER_COLOR = "#607d8b"
+
+
+# --- starting a run --------------------------------------------------------------------------
+
+def parse_initial_state(raw: Optional[str]) -> tuple:
+    """(state dict, None) or (None, an error naming the problem) for the Start-a-run editor."""
+    try:
+        state = json.loads(raw or "")
+    except json.JSONDecodeError as e:
+        return None, (f"Initial state: not valid JSON ({fmt.md_escape(e.msg)} at line {e.lineno}, "
+                      f"column {e.colno}). Nothing was run.")
+    if not isinstance(state, dict):
+        return None, "Initial state: must be a JSON object like {\"question\": \"…\"}. Nothing was run."
+    return state, None
+
+
+def demo_state(questions: list, n_runs: int, sample: dict) -> dict:
+    """The next sample question (one after another as runs accumulate), else the sample state."""
+    return {"question": questions[n_runs % len(questions)]} if questions else dict(sample)
+
+
+def run_finished_label(run: Any) -> str:
+    return f"Run {run.id} {run.status}: {fmt.spent_saved(run)}"
+
+
+# --- the table -------------------------------------------------------------------------------
+
+def filters(pipeline: str, status: str, forks_only: bool, search: str) -> dict:
+    return {"pipeline": None if pipeline == ALL else pipeline, "status": None if status == ALL else status,
+            "forks_only": bool(forks_only), "search": search}
+
+
+def page_count(total: int, page_size: int) -> int:
+    return max(1, math.ceil(total / page_size))
+
+
+def table(rows: list) -> list:
+    """The runs table: one dict per run row (from core.runs_page)."""
+    return [
+        {
+            "Run": r["id"], "Status": r["status"], "Pipeline": r["pipeline"],
+            "Question / first input": r["summary"], "Started": r["started"], "Steps": r["steps"],
+            "Tokens": r["tokens"], "Tokens saved": r["tokens_saved"],
+            fmt.LATENCY_COLUMN: fmt.latency_value(r["latency_ms"]),
+            "Parent": r["parent_id"] or "", "Fork at": r["fork_node"] or "",
+        }
+        for r in rows
+    ]
+
+
+def showing(offset: int, n: int, total: int) -> str:
+    return (f"Showing {fmt.fmt_count(offset + 1)}–{fmt.fmt_count(offset + n)} of "
+            f"{fmt.fmt_count(total)} runs · click a row to open it")
+
+
+# --- one run ---------------------------------------------------------------------------------
+
+def run_caption(run: Any) -> str:
+    """`pipeline **research** · completed · started … · fork of X at critique` (markdown)."""
+    md = fmt.md_escape
+    return (f"pipeline **{md(run.pipeline)}** · {md(run.status)} · started {fmt.fmt_ts(run.created_at)}"
+            + (f" · fork of {md(run.parent_id)} at {md(run.fork_node)}" if run.parent_id else ""))
+
+
+def run_metrics(run: Any) -> list:
+    return [("Status", run.status), ("Steps", len(run.steps)),
+            ("Tokens spent", fmt.fmt_tokens(run.total_tokens)),
+            ("Tokens saved", fmt.fmt_tokens(run.tokens_saved)), ("Latency", fmt.fmt_ms(run.latency_ms))]
+
+
+def fork_change(run: Any) -> Optional[dict]:
+    """What a fork changed (edit, params, side effects), or None for a root or an untouched fork."""
+    if not run.parent_id or not (run.edit or run.params):
+        return None
+    return fmt.to_jsonable({"edit": run.edit, "params": run.params,
+                            "allow_side_effects": run.allow_side_effects})
+
+
+def alarmed_nodes(alarms: list) -> list:
+    return sorted({a["node"] for a in alarms})
+
+
+def alarm_message(nodes: list) -> str:
+    return ("Nondeterminism alarm on " + ", ".join(f"**{fmt.md_escape(n)}**" for n in nodes)
+            + ": the same inputs gave a different output in another execution. Cached replays of "
+              "these nodes may hide jitter; audit the run or lower the temperature.")
+
+
+def alarm_rows(alarms: list) -> list:
+    return [{"Node": a["node"], "Input hash": fmt.short_hash(a["input_hash"], 16),
+             "Output (first)": fmt.short_hash(a["output_hash_a"], 16),
+             "Output (later)": fmt.short_hash(a["output_hash_b"], 16), "Run": a["run_id"],
+             "When": fmt.fmt_ts(a["created_at"])} for a in alarms]
+
+
+@dataclass(frozen=True)
+class LineageView:
+    """Buttons of the lineage box: (id, label, enabled) up and down, and what did not fit."""
+
+    ancestors: list = field(default_factory=list)
+    children: list = field(default_factory=list)
+    more_children: int = 0
+
+
+def lineage_view(lin: dict) -> LineageView:
+    up = [(a["id"], f"{a['id']} (purged)" if a["missing"] else f"↑ {a['id']}", not a["missing"])
+          for a in lin["ancestors"]]
+    kids = lin["children"]
+    down = [(c["id"], f"↓ {c['id']} · at {c['fork_node']} · {c['status']}", True) for c in kids[:MAX_CHILDREN]]
+    return LineageView(up, down, max(0, len(kids) - MAX_CHILDREN))
+
+
+# --- its steps -------------------------------------------------------------------------------
+
+def step_choices(run: Any) -> list:
+    return numbered((s.node, s.occurrence, s.status) for s in run.steps)
+
+
+def steps_by_key(run: Any) -> dict:
+    return {fmt.step_key(s.node, s.occurrence): s for s in run.steps}
+
+
+def step_rows(run: Any) -> list:
+    return [
+        {"#": i + 1, "Node": k, "Status": s.status, "Tokens": s.tokens, "Saved": s.tokens_saved,
+         fmt.LATENCY_COLUMN: fmt.latency_value(s.latency_ms), "Input hash": fmt.short_hash(s.input_hash, 12),
+         "Output hash": fmt.short_hash(s.output_hash, 12), "Reason": s.reason or (s.error or "")}
+        for i, (k, s) in enumerate(steps_by_key(run).items())
+    ]
+
+
+def status_colors(steps: list) -> list:
+    return [STATUS_COLORS.get(s.status, OTHER_COLOR) for s in steps]
+
+
+def chart_series(run: Any) -> list:
+    """(title, values, unit, chart key) for the two per-node charts."""
+    return [("Tokens per node", [s.tokens for s in run.steps], "tokens", "chart_tokens"),
+            ("Latency per node", [fmt.latency_value(s.latency_ms) for s in run.steps],
+             fmt.LATENCY_UNIT, "chart_latency")]
+
+
+def step_title(key: str, step: Any) -> str:
+    return f"#### Step {fmt.md_escape(key)} · {fmt.md_escape(step.status)}"
+
+
+def step_metrics(step: Any) -> list:
+    """(label, value, help) for the selected step."""
+    return [("Tokens", fmt.fmt_tokens(step.tokens),
+             f"prompt {fmt.fmt_tokens(step.prompt_tokens)} · completion {fmt.fmt_tokens(step.completion_tokens)}"),
+            ("Tokens saved", fmt.fmt_tokens(step.tokens_saved), None),
+            ("Latency", fmt.fmt_ms(step.latency_ms), None), ("Occurrence", step.occurrence, None)]
+
+
+def hashes_text(step: Any) -> str:
+    return f"input_hash  {step.input_hash or '—'}\noutput_hash {step.output_hash or '—'}"
+
+
+# --- the determinism audit -------------------------------------------------------------------
+
+def audit_view(report: Any) -> dict:
+    """What the page keeps of an audit report (plain data, kept in the session)."""
+    return {
+        "repeats": report.repeats,
+        "rows": [
+            {"Node": fmt.step_key(r.node, r.occurrence), "Status": getattr(r, "status", ""),
+             "Stable": fmt.STABLE_MARK[r.stable], "Distinct outputs": r.distinct_outputs,
+             "Unstable fields": ", ".join(map(str, r.unstable_fields or [])),
+             "Samples": getattr(r, "samples", "")}
+            for r in report.rows
+        ],
+        "unstable": list(report.unstable_nodes),
+    }
+
+
+def audit_verdict(view: dict) -> tuple:
+    """("warning" | "success", text) for a kept audit."""
+    if view["unstable"]:
+        return "warning", (f"Unstable nodes ({view['repeats']} repeats): "
+                           + ", ".join(fmt.md_escape(n) for n in view["unstable"]))
+    return "success", f"Every audited node was stable over {view['repeats']} repeats."
