@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from rewind import Rewind
+from rewind import Rewind, llm
 from rewind.cli import main
 
 RUN_ID = re.compile(r"^run ([0-9a-f]{16})\s+(\w+)", re.M)
@@ -28,16 +28,47 @@ class Result:
         self.returncode, self.stdout, self.stderr = returncode, stdout, stderr
 
 
+def cli_env(tmp: Path, **extra: str) -> dict:
+    """The environment of a CLI call: no provider or Rewind settings but the outbox (PYTHONPATH,
+    set by conftest, is kept for the processes that get it)."""
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "REWIND_MODEL", "REWIND_PROVIDER",
+                        "REWIND_DB", "REWIND_PIPELINES", "REWIND_DEBUG")}
+    env["REWIND_OUTBOX"] = str(tmp / "outbox")
+    env.update(extra)
+    return env
+
+
+@contextlib.contextmanager
+def environment(env: dict):
+    """os.environ is `env` inside (the model client is rebuilt on both sides)."""
+    saved = dict(os.environ)
+    os.environ.clear()
+    os.environ.update(env)
+    llm.reset_client()
+    try:
+        yield
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+        llm.reset_client()
+
+
 class Cli:
-    """`cli("show", run_id)` runs `rewind --db <db> show <run_id>` in this process."""
+    """`cli("show", run_id)` runs `rewind --db <db> show <run_id>` in this process (in `env`,
+    a whole environment like `cli_env`'s, when given)."""
 
     def __init__(self, tmp: Path):
         self.tmp = tmp
         self.db = tmp / "cli.db"
 
-    def __call__(self, *args: str, db: Path = None) -> Result:
+    def __call__(self, *args: str, env: dict = None, db: Path = None) -> Result:
         out, err = io.StringIO(), io.StringIO()
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        with contextlib.ExitStack() as stack:
+            if env is not None:
+                stack.enter_context(environment(env))
+            stack.enter_context(contextlib.redirect_stdout(out))
+            stack.enter_context(contextlib.redirect_stderr(err))
             code = main(["--db", str(db or self.db), *args])
         return Result(code, out.getvalue(), err.getvalue())
 
