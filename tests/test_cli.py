@@ -1,57 +1,97 @@
-"""`python -m rewind`, run in subprocesses against real SQLite files in tmp_path."""
+"""The command line, called in-process (`rewind.cli.main(argv)`) against SQLite files in tmp_path;
+two subprocess tests prove `python -m rewind` and the `rewind` console script start it."""
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
+import sysconfig
 from pathlib import Path
 
 import pytest
 
-from rewind import Rewind
+from rewind import Rewind, llm
+from rewind.cli import main
 
-REPO = Path(__file__).resolve().parents[1]
 RUN_ID = re.compile(r"^run ([0-9a-f]{16})\s+(\w+)", re.M)
 SECRET = "sk-test-0123456789abcdefSECRET"
 
 
+class Result:
+    def __init__(self, returncode: int, stdout: str, stderr: str):
+        self.returncode, self.stdout, self.stderr = returncode, stdout, stderr
+
+
 def cli_env(tmp: Path, **extra: str) -> dict:
+    """The environment of a CLI call: no provider or Rewind settings but the outbox (PYTHONPATH,
+    set by conftest, is kept for the processes that get it)."""
     env = {k: v for k, v in os.environ.items()
            if k not in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "REWIND_MODEL", "REWIND_PROVIDER",
                         "REWIND_DB", "REWIND_PIPELINES", "REWIND_DEBUG")}
-    env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
     env["REWIND_OUTBOX"] = str(tmp / "outbox")
-    env["REWIND_CORPUS_DB"] = str(tmp / "corpus.db")
     env.update(extra)
     return env
 
 
+@contextlib.contextmanager
+def environment(env: dict):
+    """os.environ is `env` inside (the model client is rebuilt on both sides)."""
+    saved = dict(os.environ)
+    os.environ.clear()
+    os.environ.update(env)
+    llm.reset_client()
+    try:
+        yield
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+        llm.reset_client()
+
+
 class Cli:
+    """`cli("show", run_id)` runs `rewind --db <db> show <run_id>` in this process (in `env`,
+    a whole environment like `cli_env`'s, when given)."""
+
     def __init__(self, tmp: Path):
         self.tmp = tmp
         self.db = tmp / "cli.db"
 
-    def __call__(self, *args: str, env: dict = None, db: Path = None) -> subprocess.CompletedProcess:
-        return subprocess.run(
-            [sys.executable, "-m", "rewind", "--db", str(db or self.db), *args],
-            cwd=str(self.tmp), env=env or cli_env(self.tmp), capture_output=True, text=True,
-            timeout=120,
-        )
+    def __call__(self, *args: str, env: dict = None, db: Path = None) -> Result:
+        out, err = io.StringIO(), io.StringIO()
+        with contextlib.ExitStack() as stack:
+            if env is not None:
+                stack.enter_context(environment(env))
+            stack.enter_context(contextlib.redirect_stdout(out))
+            stack.enter_context(contextlib.redirect_stderr(err))
+            code = main(["--db", str(db or self.db), *args])
+        return Result(code, out.getvalue(), err.getvalue())
 
     def run_count(self, db: Path = None) -> int:
         with Rewind(str(db or self.db)) as rw:
             return rw.count_runs()
 
 
+def one_error_line(p: Result) -> str:
+    err = p.stderr.strip()
+    assert err.startswith("rewind: error: ") and len(err.splitlines()) == 1, p.stderr
+    assert "Traceback" not in err and "internal error" not in err, err
+    return err
+
+
 @pytest.fixture(scope="module")
 def demo(tmp_path_factory):
-    """One demo run shared by the module: (cli, run id, completed process)."""
+    """One demo run shared by the module: (cli, run id, its result)."""
     tmp = tmp_path_factory.mktemp("cli")
     cli = Cli(tmp)
-    p = cli("demo")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("REWIND_OUTBOX", str(tmp / "outbox"))
+        p = cli("demo")
     assert p.returncode == 0, p.stderr
     m = RUN_ID.search(p.stdout)
     assert m, p.stdout
@@ -82,6 +122,8 @@ def test_runs_lists_the_demo_run(demo):
     p = cli("runs", "--search", "with statement", "--status", "completed", "--limit", "5", "--json")
     assert p.returncode == 0
     assert run_id in [r["id"] for r in json.loads(p.stdout)]
+    p = cli("runs", "--offset", "1000")
+    assert p.returncode == 0 and p.stdout.strip() == "no runs"
 
 
 def test_show_prints_the_steps_and_json(demo):
@@ -104,9 +146,8 @@ def test_fork_with_bad_edit_json_exits_2_and_writes_nothing(demo):
     before = cli.run_count()
     p = cli("fork", run_id, "--at", "critique", "--edit", "analysis={not json")
     assert p.returncode == 2
-    err = p.stderr.strip()
+    err = one_error_line(p)
     assert "--edit" in err and "analysis" in err and "invalid JSON" in err
-    assert len(err.splitlines()) == 1 and "Traceback" not in err
     p = cli("fork", run_id, "--at", "critique", "--param", "temperature")  # no '='
     assert p.returncode == 2 and "--param" in p.stderr
     p = cli("fork", run_id, "--at", "critique", "--edit", 'hits="x"')  # critique does not read it
@@ -158,8 +199,7 @@ def test_unknown_run_is_a_clear_error(demo):
     for args in (("show", "nosuchrun"), ("fork", "nosuchrun", "--at", "critique")):
         p = cli(*args)
         assert p.returncode == 2, args
-        assert p.stderr.startswith("rewind: error: ") and "'nosuchrun'" in p.stderr, p.stderr
-        assert len(p.stderr.strip().splitlines()) == 1
+        assert "'nosuchrun'" in one_error_line(p), p.stderr
     p = cli("fork", demo[1], "--at", "nosuchnode")
     assert p.returncode == 2 and "no node 'nosuchnode'" in p.stderr
 
@@ -176,9 +216,53 @@ def test_run_command_with_state_and_bad_state(demo):
     assert p.returncode == 2 and "no_such_module" in p.stderr
 
 
-def test_user_pipelines_from_env_are_registered(demo, tmp_path):
+def _bad_inputs(tmp: Path, run_id: str) -> list:
+    """(argv, text the one error line must contain) for hostile input to each kind of flag."""
+    binary = tmp / "binary.json"
+    binary.write_bytes(bytes(range(256)))
+    deep = "[" * 10_000 + "]" * 10_000
+    digits = "9" * 5000
+    return [
+        (["run", "--pipeline", "research", "--state", deep], "--state"),
+        (["run", "--pipeline", "research", "--state", '{"question": %s}' % digits], "--state"),
+        (["run", "--pipeline", "research", "--state", f"@{binary}"], "not UTF-8"),
+        (["run", "--pipeline", "research", "--state", f"@{tmp / 'missing.json'}"], "cannot read"),
+        (["run", "--pipeline", "research", "--state", '{"question": NaN}'], "--state"),
+        (["run", "--pipeline", "research", "--state", '{"question": 1e999}'], "--state"),
+        (["run", "--pipeline", "research", "--state", "[1, 2]"], "expected a JSON object"),
+        (["fork", run_id, "--at", "critique", "--edit", f"analysis={deep}"], "--edit analysis"),
+        (["fork", run_id, "--at", "critique", "--param", f"temperature={digits}"], "--param temperature"),
+        (["fork", run_id, "--at", "critique", "--param", "a=1", "--param", "a=2"], "more than once"),
+        (["fork", run_id, "--at", "critique", "--occurrence", "0"], "--occurrence"),
+        (["runs", "--offset", str(10**30)], "--offset"),
+        (["runs", "--limit", digits], "--limit"),
+        (["runs", "--limit", "-1"], "--limit"),
+        (["runs", "--status", "bogus"], "--status"),
+        (["gc", "--older-than-days", "nan"], "--older-than-days"),
+        (["gc", "--older-than-days", "inf"], "--older-than-days"),
+        (["gc", "--older-than-days", "-1"], "--older-than-days"),
+        (["audit", run_id, "--repeats", "0"], "--repeats"),
+        (["diff", run_id, run_id, "--noise-samples", "1e3"], "--noise-samples"),
+        (["serve-llm", "--port", "70000"], "--port"),
+        (["import", str(binary)], "not UTF-8"),
+        (["demo", "--question", "  "], "--question"),
+        (["nosuchcommand"], "invalid choice"),
+    ]
+
+
+def test_bad_input_exits_2_with_one_line_naming_the_flag_and_writes_nothing(demo, tmp_path):
+    cli, run_id, _ = demo
+    before = cli.run_count()
+    for argv, expected in _bad_inputs(tmp_path, run_id):
+        p = cli(*argv)
+        assert p.returncode == 2, (argv[:4], p.stdout[-300:], p.stderr)
+        assert expected in one_error_line(p), (argv[:4], p.stderr)
+    assert cli.run_count() == before
+
+
+def test_user_pipelines_from_env_are_registered(demo, tmp_path, monkeypatch):
     cli, _, _ = demo
-    (tmp_path / "mypipes.py").write_text(
+    (tmp_path / "cli_user_pipes.py").write_text(
         "from burr.core.graph import GraphBuilder\n"
         "import rewind\n"
         "@rewind.action(reads=['x'], writes=['y'])\n"
@@ -186,23 +270,24 @@ def test_user_pipelines_from_env_are_registered(demo, tmp_path):
         "    return state.update(y=state['x'] * 2)\n"
         "pipeline = rewind.Pipeline('doubler', GraphBuilder().with_actions(double=double).build(), 'double')\n"
     )
-    env = cli_env(cli.tmp, REWIND_PIPELINES="mypipes:pipeline")
-    env["PYTHONPATH"] = str(tmp_path) + os.pathsep + env["PYTHONPATH"]
-    p = cli("pipelines", env=env)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("REWIND_PIPELINES", "cli_user_pipes:pipeline")
+    p = cli("pipelines")
     assert p.returncode == 0, p.stderr
     assert re.search(r"^doubler\s", p.stdout, re.M) and re.search(r"^research\s", p.stdout, re.M)
-    p = cli("run", "--pipeline", "doubler", "--state", '{"x": 21}', env=env)
+    p = cli("run", "--pipeline", "doubler", "--state", '{"x": 21}')
     assert p.returncode == 0, p.stderr
     run_id = RUN_ID.search(p.stdout).group(1)
     with Rewind(str(cli.db)) as rw:
         assert rw.get_run(run_id).step("double").outputs == {"y": 42}
 
 
-def test_failed_run_exits_1_and_never_prints_the_key(tmp_path):
+def test_failed_run_exits_1_and_never_prints_the_key(tmp_path, monkeypatch):
     cli = Cli(tmp_path)
-    env = cli_env(tmp_path, OPENAI_API_KEY=SECRET, OPENAI_BASE_URL="http://127.0.0.1:9/v1",
-                  REWIND_LLM_MAX_RETRIES="0", REWIND_LLM_TIMEOUT="5")
-    p = cli("demo", env=env)
+    for k, v in (("OPENAI_API_KEY", SECRET), ("OPENAI_BASE_URL", "http://127.0.0.1:9/v1"),
+                 ("REWIND_LLM_MAX_RETRIES", "0"), ("REWIND_LLM_TIMEOUT", "5")):
+        monkeypatch.setenv(k, v)
+    p = cli("demo")
     assert p.returncode == 1, (p.stdout, p.stderr)
     assert RUN_ID.search(p.stdout).group(2) == "failed"
     assert re.search(r"^1\s+plan\s+failed", p.stdout, re.M)
@@ -234,3 +319,44 @@ def test_audit_gc_export_import(demo, tmp_path):
     bad.write_text("{oops")
     p = cli("import", str(bad), db=other)
     assert p.returncode == 2 and "invalid JSON" in p.stderr
+
+
+# --- the two ways to start it, in real processes ------------------------------------------------
+
+def clean_env(tmp: Path) -> dict:
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("OPENAI_", "REWIND_"))}  # PYTHONPATH (conftest) is kept
+    env["REWIND_OUTBOX"] = str(tmp / "outbox")
+    return env
+
+
+def console_script() -> str:
+    """The `rewind` script `pip install -e .` put beside this Python (or on PATH)."""
+    here = Path(sysconfig.get_path("scripts")) / "rewind"
+    found = str(here) if here.exists() else shutil.which("rewind")
+    assert found, "no `rewind` console script: run `pip install -e '.[test]'` (scripts/test.sh does)"
+    return found
+
+
+def test_python_dash_m_rewind_runs_the_cli(tmp_path):
+    db = str(tmp_path / "m.db")
+    p = subprocess.run([sys.executable, "-m", "rewind", "--db", db, "runs"], cwd=tmp_path,
+                       env=clean_env(tmp_path), capture_output=True, text=True, timeout=120)
+    assert (p.returncode, p.stdout.strip(), p.stderr) == (0, "no runs", "")
+    p = subprocess.run([sys.executable, "-m", "rewind", "--db", db, "show", "nosuchrun"],
+                       cwd=tmp_path, env=clean_env(tmp_path), capture_output=True, text=True,
+                       timeout=120)
+    assert p.returncode == 2 and p.stderr.startswith("rewind: error: ") and "'nosuchrun'" in p.stderr
+    assert len(p.stderr.strip().splitlines()) == 1
+
+
+def test_the_rewind_console_script_runs_this_checkout(tmp_path):
+    script = console_script()
+    p = subprocess.run([script, "--help"], cwd=tmp_path, env=clean_env(tmp_path),
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0 and p.stdout.startswith("usage: rewind "), (p.stdout, p.stderr)
+    code = "import rewind, sys; sys.stdout.write(rewind.__file__)"
+    p = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=clean_env(tmp_path),
+                       capture_output=True, text=True, timeout=120)
+    here = Path(__file__).resolve().parents[1] / "rewind" / "__init__.py"
+    assert Path(p.stdout).resolve() == here, "a child process imported another checkout's rewind"

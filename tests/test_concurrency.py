@@ -22,8 +22,6 @@ from burr.core.graph import GraphBuilder
 import rewind
 from rewind import Pipeline, Rewind, action
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-TESTS = os.path.dirname(os.path.abspath(__file__))
 THREADS = 8
 PROCESSES = 2  # this process and one child, THREADS forks each
 
@@ -138,8 +136,7 @@ def child_main(argv: list) -> None:
 
 
 def run_child(*args: str, timeout: float = 300) -> dict:
-    code = (f"import sys; sys.path[:0] = [{ROOT!r}, {TESTS!r}]; import test_concurrency as t; "
-            "t.child_main(sys.argv[1:])")
+    code = "import sys, test_concurrency as t; t.child_main(sys.argv[1:])"  # PYTHONPATH: conftest
     proc = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True,
                           timeout=timeout)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -176,8 +173,7 @@ def test_sixteen_forks_of_one_run_at_once(db_url, tmp_path):
     ks_child = list(range(THREADS, THREADS * PROCESSES))
     ready, gate = str(tmp_path / "ready"), str(tmp_path / "gate")
 
-    code = (f"import sys; sys.path[:0] = [{ROOT!r}, {TESTS!r}]; import test_concurrency as t; "
-            "t.child_main(sys.argv[1:])")
+    code = "import sys, test_concurrency as t; t.child_main(sys.argv[1:])"  # PYTHONPATH: conftest
     child = subprocess.Popen(
         [sys.executable, "-c", code, "fork-many", db_url, base.id, ready, gate,
          ",".join(map(str, ks_child))],

@@ -22,8 +22,6 @@ import rewind
 from rewind import Pipeline, Rewind, action
 from rewind.errors import InvalidRequest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-TESTS = os.path.dirname(os.path.abspath(__file__))
 BLOCK_ENV = "REWIND_TEST_BLOCK_FILE"
 
 
@@ -93,8 +91,7 @@ def child_main(argv: list) -> None:
 
 
 def spawn(mode: str, url: str, env: dict) -> subprocess.Popen:
-    code = (f"import sys; sys.path[:0] = [{ROOT!r}, {TESTS!r}]; import test_crash as t; "
-            "t.child_main(sys.argv[1:])")
+    code = "import sys, test_crash as t; t.child_main(sys.argv[1:])"  # PYTHONPATH: conftest
     return subprocess.Popen([sys.executable, "-c", code, mode, url],
                             env={**os.environ, **env}, stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE, text=True)

@@ -23,7 +23,6 @@ from tests.conftest import postgres_base_url as pg_base_url
 from rewind import Pipeline, Rewind, action
 from rewind.errors import InvalidRequest, NotFound, StoreError
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 
@@ -255,7 +254,6 @@ def test_concurrent_schema_creation_on_a_fresh_database(pg_url, tmp_path):
     gate = str(tmp_path / "gate")
     code = textwrap.dedent(f"""
         import os, sys, time
-        sys.path.insert(0, {ROOT!r})
         from rewind.store import open_store
         open(sys.argv[1], "w").close()  # imported: ready
         deadline = time.time() + 60

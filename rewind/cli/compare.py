@@ -1,0 +1,129 @@
+"""Commands that change a run and compare runs: fork, diff, audit."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+from .inputs import parse_assignments
+from .output import (
+    Progress, cut, dumps, node_label, one_line, progress_for, shown, short_hash, table,
+)
+from .parser import int_in
+from .runs import finish_run, open_rewind
+
+EXIT_OK = 0
+
+
+def cmd_fork(args, out) -> int:
+    # Parse every flag before touching the store: bad input writes nothing.
+    edit = parse_assignments("--edit", args.edit)
+    params = parse_assignments("--param", args.param)
+    with open_rewind(args) as rw:
+        parent = rw.get_run(args.run)
+        progress = progress_for(rw, parent.pipeline, not args.quiet, fallback=len(parent.steps) or 1)
+        with shown(progress):
+            run = rw.fork(parent.id, at=args.at, edit=edit, params=params,
+                          allow_side_effects=args.allow_side_effects,
+                          occurrence=args.occurrence, on_step=progress)
+        return finish_run(run, out, lambda r: [f"\nnext: {args.prog} diff {parent.id} {r.id}"])
+
+
+def _print_changes(diverged: list, out) -> None:
+    for r in diverged:
+        if not (r.text_diffs or r.field_diffs):
+            continue
+        print(f"\n== {r.node}#{r.occurrence}", file=out)
+        for text in r.text_diffs.values():
+            print(text, file=out)
+        for changes in r.field_diffs.values():
+            for c in changes[:50]:
+                print(f"  {c.get('path')}: {c.get('change')}  "
+                      f"{cut(json.dumps(c.get('a'), default=repr), 60)} → "
+                      f"{cut(json.dumps(c.get('b'), default=repr), 60)}", file=out)
+
+
+def cmd_diff(args, out) -> int:
+    with open_rewind(args) as rw:
+        progress = Progress() if args.noise_samples and not args.quiet else None
+        kwargs: dict = {"noise_samples": args.noise_samples}
+        if progress is not None:
+            kwargs["on_progress"] = progress.callback()
+        with shown(progress):
+            d = rw.diff(args.a, args.b, **kwargs)
+    if args.json:
+        print(dumps(dataclasses.asdict(d)), file=out)
+        return EXIT_OK
+    print(f"A: {d.a}   B: {d.b}", file=out)
+    print(f"first divergence: {d.first_divergence or 'none'}", file=out)
+    print(f"verdict: {d.verdict}", file=out)
+    print(f"tokens: A {d.tokens_a}, B {d.tokens_b} (B saved {d.tokens_saved_b})", file=out)
+    print("", file=out)
+    with_noise = any(getattr(r, "noise", None) for r in d.rows)
+    headers = ["node", "A status", "B status", "A output", "B output", "same", "A tok", "B tok"]
+    headers += ["noise"] if with_noise else []
+    rows = []
+    for r in d.rows:
+        same = "n/a" if r.identical is None else ("yes" if r.identical else "NO")
+        row = [node_label(r.node, r.occurrence), r.a_status or "-", r.b_status or "-",
+               short_hash(r.a_hash), short_hash(r.b_hash), same, r.a_tokens, r.b_tokens]
+        rows.append(row + ([r.noise or ""] if with_noise else []))
+    print(table(headers, rows, right=(6, 7)), file=out)
+    diverged = [r for r in d.rows if r.identical is False]
+    if diverged:
+        reason = diverged[0].b_reason or diverged[0].a_reason
+        if reason:
+            print(f"\nwhy {diverged[0].node} differs: {one_line(reason)}", file=out)
+        if args.changes:
+            _print_changes(diverged, out)
+        else:
+            print("(--changes shows what changed in each diverged step)", file=out)
+    return EXIT_OK
+
+
+def cmd_audit(args, out) -> int:
+    with open_rewind(args) as rw:
+        progress = None if args.quiet else Progress()
+        with shown(progress):
+            report = rw.audit(args.run, repeats=args.repeats,
+                              on_progress=progress.callback() if progress else None)
+    if args.json:
+        print(dumps(dataclasses.asdict(report)), file=out)
+        return EXIT_OK
+    print(f"audit of run {report.run_id}: {report.repeats} repeats per step", file=out)
+    rows = []
+    for r in report.rows:
+        stable = "n/a" if r.stable is None else ("yes" if r.stable else "NO")
+        rows.append((node_label(r.node, r.occurrence), getattr(r, "status", ""), stable,
+                     r.distinct_outputs, cut(", ".join(map(str, r.unstable_fields or [])), 50)))
+    print(table(("node", "status", "stable", "distinct", "unstable fields"), rows, right=(3,)), file=out)
+    unstable = report.unstable_nodes
+    print(f"\nunstable: {', '.join(unstable) if unstable else 'none'}", file=out)
+    return EXIT_OK
+
+
+def add_commands(add) -> None:
+    sp = add("fork", cmd_fork, "fork a run at a node, change one thing, replay", quiet=True)
+    sp.add_argument("run", metavar="RUN")
+    sp.add_argument("--at", required=True, metavar="NODE")
+    sp.add_argument("--occurrence", type=int_in(1, 10**6), default=1, metavar="N",
+                    help="fork at the N-th visit of NODE (loops)")
+    sp.add_argument("--edit", action="append", metavar="FIELD=JSON",
+                    help="set a state field the node reads (repeatable)")
+    sp.add_argument("--param", action="append", metavar="NAME=JSON",
+                    help="set one of the node's parameters (repeatable)")
+    sp.add_argument("--allow-side-effects", action="store_true",
+                    help="perform side effects again instead of dry-running them")
+
+    sp = add("diff", cmd_diff, "compare two runs step by step", quiet=True)
+    sp.add_argument("a", metavar="A")
+    sp.add_argument("b", metavar="B")
+    sp.add_argument("--noise-samples", type=int_in(0, 1000), default=0, metavar="K",
+                    help="re-sample re-executed nodes K times to tell a change from jitter")
+    sp.add_argument("--changes", action="store_true", help="print what changed in each diverged step")
+    sp.add_argument("--json", action="store_true")
+
+    sp = add("audit", cmd_audit, "re-execute every step to find nondeterministic nodes", quiet=True)
+    sp.add_argument("run", metavar="RUN")
+    sp.add_argument("--repeats", type=int_in(1, 1000), default=3, metavar="K")
+    sp.add_argument("--json", action="store_true")
