@@ -18,7 +18,7 @@ import re
 import threading
 from typing import Any, Optional
 
-from ..errors import InvalidRequest
+from ..errors import InvalidRequest, RewindError
 
 DIFFLIB = "difflib"
 EMBEDDING = "embedding"

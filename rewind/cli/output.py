@@ -1,6 +1,6 @@
 """What the CLI prints: aligned tables, JSON, a run and its steps, and a progress bar on stderr.
 
-Durations, timestamps and hashes go through `rewind_ui.fmt` (pure functions, no streamlit), so
+Durations, timestamps and hashes go through `rewind.fmt` (pure functions, no streamlit), so
 the terminal and the dashboard spell `1234 ms` the same way (`1.23 s`).
 """
 
@@ -13,7 +13,7 @@ import json
 import sys
 from typing import Any, Optional, Sequence
 
-from rewind_ui.fmt import fmt_ms, fmt_ts, short_hash
+from ..fmt import fmt_ms, fmt_ts, short_hash
 
 
 def one_line(text: Any) -> str:

@@ -17,6 +17,8 @@ this Python is rebuilt the same way.
 
 from __future__ import annotations
 
+from ..errors import CorpusError  # noqa: F401  (raised here; part of the RewindError family)
+
 import functools
 import hashlib
 import os
@@ -63,8 +65,6 @@ _lock = threading.Lock()
 _ready: dict = {}
 
 
-class CorpusError(RuntimeError):
-    """The corpus index could not be built or opened."""
 
 
 # ---------------------------------------------------------------------------------------------
