@@ -15,6 +15,7 @@ from .engine import (
     Heartbeat, NextVisit, Pipeline, fork_run, load_pipeline_spec, next_visit, resume_run,
     start_run, steps_from_rows,
 )
+from .engine.plan import ForkPlan, plan_fork
 from .errors import InvalidRequest, NotFound
 from .models import Run, RunStatus, Step, TrajectoryDiff
 from .store import SQLStore, open_store
@@ -94,7 +95,23 @@ class Rewind:
         row = self._run_row(run_id)
         steps = steps_from_rows(self.store.get_node_rows(row["id"], row["parent_id"]), self.store,
                                 row["parent_id"])
+        self._inherited_costs(row, steps)
         return Run.from_row(row, steps=steps)
+
+    def _inherited_costs(self, row: dict, steps: list) -> None:
+        """Give inherited steps the cost they had in the run they come from (rewind.costs)."""
+        inherited = [s for s in steps if s.status == "inherited"]
+        if not inherited or not row["parent_id"]:
+            return
+        parent_row = self.store.get_run_row(row["parent_id"])
+        if parent_row is None:  # purged: the cost is not known any more
+            return
+        parent_steps = steps_from_rows(self.store.get_node_rows(parent_row["id"], parent_row["parent_id"]),
+                                       self.store, parent_row["parent_id"])
+        self._inherited_costs(parent_row, parent_steps)
+        for s in inherited:
+            if s.index < len(parent_steps):
+                s.inherited_cost = parent_steps[s.index].cost
 
     def list_runs(self, pipeline: Optional[str] = None, status: Optional[str] = None,
                   parent_id: Optional[str] = None, search: Optional[str] = None,
@@ -179,6 +196,16 @@ class Rewind:
                         parent_row, at, edit=edit, params=params, inputs=inputs,
                         allow_side_effects=allow_side_effects, occurrence=occurrence,
                         use_cache=use_cache, on_step=on_step)
+
+    def plan_fork(self, run_id: str, at: str, edit: Optional[dict] = None,
+                  params: Optional[dict] = None, occurrence: int = 1, *,
+                  inputs: Optional[dict] = None, allow_side_effects: bool = False) -> ForkPlan:
+        """What `fork` with these arguments would re-run, keep cached or skip, and cost;
+        writes nothing and calls no node."""
+        parent_row = self._run_row(run_id)
+        return plan_fork(self.store, self.pipeline(parent_row["pipeline"]), parent_row, at,
+                         edit=edit, params=params, inputs=inputs, occurrence=occurrence,
+                         allow_side_effects=allow_side_effects)
 
     def next_node(self, run_id: str) -> Optional[NextVisit]:
         """For an interrupted or halted run, the visit it never reached and could be forked

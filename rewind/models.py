@@ -69,6 +69,15 @@ class Step:
     files: dict = dataclasses.field(default_factory=dict, repr=False)   # file read -> hash
     # the model calls the step made: model, messages, params, response text, tokens, latency
     calls: list = dataclasses.field(default_factory=list, repr=False)
+    # an inherited step's cost in the run it comes from (see rewind.costs)
+    inherited_cost: int = 0
+
+    @property
+    def cost(self) -> int:
+        """What producing this step's outputs cost when they were produced (rewind.costs)."""
+        from .costs import step_cost
+
+        return step_cost(self)
     _loader: Any = dataclasses.field(default=None, repr=False, compare=False)
     _inputs: Optional[dict] = dataclasses.field(default=None, repr=False, compare=False)
     _outputs: Optional[dict] = dataclasses.field(default=None, repr=False, compare=False)
@@ -143,6 +152,21 @@ class Run:
     graph_id: Optional[str] = None
     entrypoint: Optional[str] = None
 
+    @property
+    def spent(self) -> int:
+        """Tokens this run paid for."""
+        return int(self.total_tokens or 0)
+
+    @property
+    def trajectory_cost(self) -> int:
+        """What the whole trajectory would cost run fresh (every step at its recorded cost)."""
+        return sum(s.cost for s in self.steps)
+
+    @property
+    def saved(self) -> int:
+        """Trajectory cost minus spent: what cached and inherited steps spared this run."""
+        return max(self.trajectory_cost - self.spent, 0)
+
     def step(self, node: str, occurrence: int = 1) -> Step:
         for s in self.steps:
             if s.node == node and s.occurrence == occurrence:
@@ -211,6 +235,9 @@ class DiffRow:
     b_latency_ms: float = 0.0
     a_reason: str = ""
     b_reason: str = ""
+    a_cost: int = 0          # each side's recorded cost of the step (rewind.costs)
+    b_cost: int = 0
+    cost_delta: int = 0      # b_cost - a_cost; 0 where the step's inputs did not change
     text_diffs: dict = dataclasses.field(default_factory=dict)
     field_diffs: dict = dataclasses.field(default_factory=dict)
     noise: Optional[str] = None  # "beyond noise" | "within noise" | None
@@ -223,9 +250,16 @@ class TrajectoryDiff:
     b: str
     rows: list
     first_divergence: Optional[str]
-    tokens_a: int
-    tokens_b: int
+    tokens_a: int            # spent by A
+    tokens_b: int            # spent by B
     tokens_saved_b: int = 0
+    cost_a: int = 0          # trajectory cost of A
+    cost_b: int = 0          # trajectory cost of B
+
+    @property
+    def cost_delta(self) -> int:
+        """What B's trajectory costs more (or less) than A's; unchanged nodes count 0."""
+        return sum(r.cost_delta for r in self.rows)
 
     @property
     def identical_count(self) -> int:

@@ -99,7 +99,10 @@ def diff_runs(a: Run, b: Run) -> TrajectoryDiff:
             a_tokens=sa.tokens if sa else 0, b_tokens=sb.tokens if sb else 0,
             a_latency_ms=sa.latency_ms if sa else 0.0, b_latency_ms=sb.latency_ms if sb else 0.0,
             a_reason=sa.reason if sa else "", b_reason=sb.reason if sb else "",
+            a_cost=sa.cost if sa else 0, b_cost=sb.cost if sb else 0,
         )
+        same_inputs = sa is not None and sb is not None and sa.input_hash == sb.input_hash
+        row.cost_delta = 0 if same_inputs else row.b_cost - row.a_cost
         if identical is False:
             if first is None:
                 first = key[0]
@@ -112,6 +115,7 @@ def diff_runs(a: Run, b: Run) -> TrajectoryDiff:
     return TrajectoryDiff(
         a=a.id, b=b.id, rows=rows, first_divergence=first, tokens_a=a.total_tokens,
         tokens_b=b.total_tokens, tokens_saved_b=b.tokens_saved,
+        cost_a=a.trajectory_cost, cost_b=b.trajectory_cost,
     )
 
 

@@ -178,7 +178,7 @@ def fork_run(store: Any, heartbeat: Heartbeat, pipeline: Any, parent_row: dict, 
             s, status=StepStatus.INHERITED, run_id=fork_id, index=i, tokens=0, prompt_tokens=0,
             completion_tokens=0, tokens_saved=0, latency_ms=0.0, reason=reason, error=None,
             source_run=s.run_id if s.status != StepStatus.INHERITED else s.source_run,
-            _inputs=None, _outputs=None,
+            inherited_cost=s.cost, _inputs=None, _outputs=None,
         ))
     ctx.occurrences.update(s.node for s in ctx.steps)
     row = {

@@ -1,0 +1,157 @@
+"""A fork plan: before anything runs or is paid for, which steps of a fork will re-run and why,
+which stay cached, which side effects would be skipped, and what it should cost.
+
+The fork node's key is computed exactly (its recorded inputs with the edit, its params with the
+overrides, its code as it is now). Downstream, a step that reads a field an upstream re-run
+writes *may* re-run (its new inputs are only known once the upstream step has run); a step
+whose code changed since it was recorded re-runs; the rest are expected from the cache. The
+estimate charges each step that will or may re-run its recorded cost, so it errs high.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from typing import Any, Optional
+
+from ..action import SIDE_EFFECT
+from ..costs import price_table, step_cost, step_dollars
+from ..errors import NotFound
+from ..models import RunStatus, StepStatus, normalize_overrides, overrides_at
+from .fork import _check_request, load_steps
+from ..hashing import code_fingerprint
+from .keys import changed_fields, code_of, is_expired, node_spec, recorded_overrides
+
+RERUN = "re-run"
+MAY_RERUN = "may re-run"
+CACHED = "cached"
+DRY_RUN = "dry-run"
+INHERITED = "inherited"
+
+# an edit larger than this (characters of JSON) needs an explicit confirmation
+EDIT_CONFIRM_CHARS = 20_000
+
+
+def confirm_tokens() -> Optional[int]:
+    """`REWIND_CONFIRM_TOKENS`: a plan estimated above it needs an explicit confirmation."""
+    raw = os.environ.get("REWIND_CONFIRM_TOKENS", "").strip()
+    try:
+        return int(raw) if raw else None
+    except ValueError:
+        return None
+
+
+@dataclasses.dataclass
+class PlanRow:
+    node: str
+    occurrence: int
+    verdict: str                 # re-run | may re-run | cached | dry-run | inherited
+    reason: str
+    est_tokens: int = 0
+    est_dollars: Optional[float] = 0.0
+
+
+@dataclasses.dataclass
+class ForkPlan:
+    run_id: str
+    at: str
+    occurrence: int
+    rows: list
+    est_tokens: int
+    est_dollars: Optional[float]
+    edit_chars: int
+    confirm_reasons: list        # why the fork needs an explicit confirmation (empty: it does not)
+
+    @property
+    def needs_confirmation(self) -> bool:
+        return bool(self.confirm_reasons)
+
+    def nodes(self, verdict: str) -> list:
+        return [r.node for r in self.rows if r.verdict == verdict]
+
+
+def plan_fork(store: Any, pipeline: Any, parent_row: dict, at: str, *, edit: Optional[dict] = None,
+              params: Optional[dict] = None, inputs: Optional[dict] = None,
+              occurrence: int = 1, allow_side_effects: bool = False) -> ForkPlan:
+    """The plan of `fork(parent, at, edit, params)`; writes nothing, calls no node."""
+    edit, params = dict(edit or {}), dict(params or {})
+    _check_request(pipeline, at, edit, params, occurrence)
+    steps = load_steps(store, parent_row)
+    visits = [i for i, s in enumerate(steps) if s.node == at]
+    if len(visits) >= occurrence:
+        index = visits[occurrence - 1]
+    elif parent_row["status"] in (RunStatus.FAILED, RunStatus.INTERRUPTED, RunStatus.HALTED) \
+            and occurrence == len(visits) + 1:
+        index = len(steps)
+    else:
+        raise NotFound(f"node {at!r} ran {len(visits)} time(s) in run {parent_row['id']}; there is "
+                       f"no occurrence {occurrence} to plan a fork at", run_id=parent_row["id"], node=at)
+    overrides = normalize_overrides(json.loads(parent_row["params_json"]) if parent_row["params_json"] else {})
+    if params:
+        overrides.setdefault(at, []).append([occurrence, dict(params)])
+    prices = price_table()
+    rows, changed = [], set()
+    for i, s in enumerate(steps):
+        if i < index:
+            rows.append(PlanRow(s.node, s.occurrence, INHERITED, f"inherited from run {parent_row['id']}"))
+            continue
+        action = pipeline.action(s.node)
+        spec = node_spec(s.node, action, {**recorded_overrides(action, s.params),
+                                          **overrides_at(overrides, s.node, s.occurrence)})
+        verdict, reason = _verdict(store, spec, s, i == index, edit, inputs, changed, allow_side_effects)
+        row = PlanRow(s.node, s.occurrence, verdict, reason)
+        if verdict in (RERUN, MAY_RERUN):
+            changed.update(spec.writes)
+            row.est_tokens = step_cost(s)
+            row.est_dollars = step_dollars(s, prices)
+        rows.append(row)
+    est = sum(r.est_tokens for r in rows)
+    dollars: Optional[float] = 0.0
+    for r in rows:
+        dollars = None if r.est_dollars is None or dollars is None else dollars + r.est_dollars
+    edit_chars = len(json.dumps(edit, default=str)) if edit else 0
+    reasons = []
+    if edit_chars > EDIT_CONFIRM_CHARS:
+        reasons.append(f"the edit is {edit_chars:,} characters (over {EDIT_CONFIRM_CHARS:,})")
+    limit = confirm_tokens()
+    if limit is not None and est > limit:
+        reasons.append(f"it is estimated at {est:,} tokens (over REWIND_CONFIRM_TOKENS={limit:,})")
+    return ForkPlan(parent_row["id"], at, occurrence, rows, est, dollars, edit_chars, reasons)
+
+
+def _verdict(store: Any, spec: Any, step: Any, is_fork_node: bool, edit: dict,
+             inputs: Optional[dict], changed: set, allow_side_effects: bool) -> tuple:
+    if spec.policy.determinism == SIDE_EFFECT and not allow_side_effects:
+        return DRY_RUN, "side effect: not performed on a fork (allow_side_effects=True performs it)"
+    code_now = code_fingerprint(code_of(spec.inner), spec.policy.version)
+    if is_fork_node:
+        try:
+            readable = {**step.inputs, **edit}
+            runtime = {**step.runtime_inputs, **(inputs or {})}
+        except Exception as e:  # recorded values purged: it must run again
+            return RERUN, f"its recorded inputs are unavailable ({e})"
+        fields = spec.field_hashes(readable, None, runtime)
+        if spec.input_hash(fields) != step.input_hash:
+            parts = changed_fields(step.field_hashes or {}, fields, step.units, spec.units)
+            return RERUN, "; ".join(parts) or "its inputs changed"
+    else:
+        touched = sorted(f for f in changed if f in spec.reads or f in spec.writes)
+        if touched:
+            return MAY_RERUN, ("re-runs if " + ", ".join(f"`{f}`" for f in touched)
+                               + (" comes" if len(touched) == 1 else " come") + " out different")
+        if (step.field_hashes or {}).get("code") not in (None, code_now):
+            return RERUN, "; ".join(changed_fields(step.field_hashes, {**step.field_hashes,
+                                                                        "code": code_now},
+                                                   step.units, spec.units))
+    if step.status == StepStatus.FAILED:
+        return RERUN, "it failed in the parent (failures are never cached)"
+    if spec.policy.cacheable and step.input_hash:
+        entry = store.cache_get(step.node, step.input_hash)
+        if entry is None:
+            return RERUN, "no cache entry for its inputs (purged or never stored)"
+        if is_expired(spec.policy, entry):
+            return RERUN, f"its cache entry is older than its ttl ({spec.policy.ttl:g}s)"
+    if spec.policy.determinism == SIDE_EFFECT:
+        return RERUN, "side effect performed again: allow_side_effects=True"
+    return CACHED, "same inputs: served from the cache"
