@@ -122,6 +122,7 @@ def test_read_only_on_request_writes_nothing(tmp_path):
         assert store.read_only and store.read_only_reason == "asked to open it read-only"
         assert store.get_run_row(run.id)["status"] == "completed"
         assert store.count_runs() == 1
+        store.put_graph("a-graph-not-stored", ["x"], [])  # registering a pipeline: no write
         with pytest.raises(StoreError, match="read-only"):
             with store.transaction():
                 pass
