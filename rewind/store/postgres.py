@@ -20,6 +20,7 @@ from .burr_state import BlobRefPersisterMixin
 from .pg_admin import CONNECT_TIMEOUT_S, redact
 from .rows import PARTITION_KEY
 from .schema import BURR_TABLE
+from .sql import invalid_unicode
 from .sqlstore import SQLStore
 
 try:
@@ -74,10 +75,7 @@ class BlobRefPostgresPersister(BlobRefPersisterMixin, PostgreSQLPersister):
 
 def _refused(e: Exception) -> InvalidRequest:
     if isinstance(e, UnicodeEncodeError):
-        return InvalidRequest(
-            f"a value is not valid Unicode text ({e.reason} at position {e.start}); "
-            "lone surrogates cannot be stored or searched for"
-        )
+        return invalid_unicode(e)
     # a value PostgreSQL cannot hold (e.g. \u0000 or a lone surrogate escape in JSONB); the
     # statement failed, so the caller's transaction rolls back
     first = (getattr(e, "pgerror", None) or str(e)).strip().splitlines()[0]
