@@ -28,7 +28,7 @@ from ..store.rows import DOC_KEY, PARTITION_KEY, REFS_KEY, STEP_DOC_KEY
 from ..store.schema import CACHE, NODES, RUNS, Table
 from .export import EXPORT_FORMAT, EXPORT_VERSION
 
-_HASH = re.compile(r"^[0-9a-f]{64}$")
+HASH = re.compile(r"^[0-9a-f]{64}$")
 _INT_MAX = 2**63 - 1
 
 
@@ -75,7 +75,7 @@ def number(value: Any) -> float:
 
 
 def sha256(value: Any, sub: str = "") -> str:
-    if not isinstance(value, str) or not _HASH.match(value):
+    if not isinstance(value, str) or not HASH.match(value):
         fail(f"must be a sha256 hex digest, not {str(value)[:80]!r}", sub)
     return value
 

@@ -13,7 +13,7 @@ import json
 
 from ..errors import InvalidRequest
 from ..store.rows import blob_ok, doc_refs
-from .documents import ExportDocument
+from .documents import HASH, ExportDocument
 
 
 def _fail(where: str, what: str) -> None:
@@ -67,7 +67,7 @@ def _doc(blobs: dict, h: str) -> dict:
     if not isinstance(doc, dict):
         _fail(f"blobs[{h[:12]}…]", "is referenced as a document but is not a JSON object")
     for v in doc_refs(doc):
-        if not isinstance(v, str) or len(v) != 64:
+        if not isinstance(v, str) or not HASH.match(v):
             _fail(f"blobs[{h[:12]}…] (a document) reference", f"must be a sha256 hex digest, not {str(v)[:80]!r}")
     return doc
 

@@ -40,4 +40,3 @@ class SQLStore(SQLBlobs, SQLRuns, SQLSteps, SQLGraphs, SQLCache, SQLStates, Stor
             self.recover_interrupted()
         except self.write_errors as e:  # e.g. a full disk: still open, to read
             logger.warning("%s: could not mark dead runs interrupted (%s)", self.url, e)
-            self.close()
