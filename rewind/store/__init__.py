@@ -30,7 +30,8 @@ from typing import Optional
 
 from ..errors import StoreError
 from .base import (
-    BlobStore, CacheStore, GraphStore, LiveContext, RunStore, StateStore, StepStore, Store,
+    BlobStore, CacheStore, GraphStore, LiveContext, MaintenanceStore, RunStore, StateStore,
+    StepStore, Store,
 )
 from .blobs import BLOB_MEMORY_BYTES, DOC_MEMORY
 from .burr_state import BlobRefPersisterMixin
@@ -49,7 +50,7 @@ from .sqlstore import SQLStore
 
 __all__ = [
     "open_store", "Store", "SQLStore", "BlobStore", "RunStore", "StepStore", "GraphStore",
-    "CacheStore", "StateStore", "LiveContext", "BlobRefPersisterMixin", "SCHEMA_VERSION",
+    "CacheStore", "StateStore", "MaintenanceStore", "LiveContext", "BlobRefPersisterMixin", "SCHEMA_VERSION",
     "PARTITION_KEY", "BURR_TABLE", "REFS_KEY", "DOC_KEY", "STEP_DOC_KEY", "PRIOR_STEP_KEY",
     "SEQUENCE_ID_KEY", "STEP_DOC_FIELDS", "RUN_COLUMNS", "NODE_COLUMNS", "CACHE_COLUMNS",
     "STATE_COLUMNS", "TABLES", "HOST", "PID", "HEARTBEAT_LEASE_S", "DOC_MEMORY",

@@ -11,6 +11,7 @@ Each class names what one part of Rewind needs from a database; `Store` is all o
     GraphStore   each pipeline graph once
     CacheStore   node cache, tool cache, nondeterminism alarms
     StateStore   Burr's saved states (rows that refer to blobs) and the Burr persister
+    MaintenanceStore  scans, bulk deletes and rows as stored, for gc, export and import
     Store        all of the above, plus transactions, read-only mode and size
 """
 
@@ -156,7 +157,78 @@ class StateStore(abc.ABC):
     def state_snapshot(self, app_id: str, sequence_id: int) -> Optional[dict]: ...
 
 
-class Store(BlobStore, RunStore, StepStore, GraphStore, CacheStore, StateStore):
+class MaintenanceStore(abc.ABC):
+    """What gc, export and import need beyond the engine's calls: whole-table scans in pages,
+    bulk deletes, and rows as stored (the statements stay here; the decisions in maintenance)."""
+
+    @abc.abstractmethod
+    def lock_for_gc(self) -> None: ...
+
+    @abc.abstractmethod
+    def run_ages(self) -> Iterable[tuple]: ...
+
+    @abc.abstractmethod
+    def delete_runs(self, run_ids: Iterable[str]) -> None: ...
+
+    @abc.abstractmethod
+    def runs_with_pointers(self) -> set: ...
+
+    @abc.abstractmethod
+    def replace_pointers(self, run_id: str, full_rows: list) -> None: ...
+
+    @abc.abstractmethod
+    def step_references(self) -> Iterable[tuple]: ...
+
+    @abc.abstractmethod
+    def state_references(self) -> Iterable[tuple]: ...
+
+    @abc.abstractmethod
+    def state_rows_of_apps(self, app_ids: Iterable[str]) -> list: ...
+
+    @abc.abstractmethod
+    def state_rows_at(self, app_id: str, sequence_id: int) -> list: ...
+
+    @abc.abstractmethod
+    def insert_state_if_absent(self, row: dict) -> None: ...
+
+    @abc.abstractmethod
+    def delete_states_of_apps(self, app_ids: Iterable[str]) -> None: ...
+
+    @abc.abstractmethod
+    def delete_state(self, partition_key: str, app_id: str, sequence_id: int, position: str) -> None: ...
+
+    @abc.abstractmethod
+    def count_cache_older(self, cutoff: float) -> tuple: ...
+
+    @abc.abstractmethod
+    def delete_cache_older(self, cutoff: float) -> None: ...
+
+    @abc.abstractmethod
+    def kept_cache_references(self, cutoff: float) -> Iterable[tuple]: ...
+
+    @abc.abstractmethod
+    def raw_blobs(self, hashes: Iterable[str]) -> dict: ...
+
+    @abc.abstractmethod
+    def corrupt_blobs(self) -> dict: ...
+
+    @abc.abstractmethod
+    def blob_sizes(self) -> Iterable[tuple]: ...
+
+    @abc.abstractmethod
+    def delete_blobs(self, hashes: Iterable[str]) -> None: ...
+
+    @abc.abstractmethod
+    def has_graph(self, graph_id: str) -> bool: ...
+
+    @abc.abstractmethod
+    def graph_rows(self, graph_id: str) -> list: ...
+
+    @abc.abstractmethod
+    def put_graph_rows(self, graph_id: str, rows: Sequence[tuple]) -> None: ...
+
+
+class Store(BlobStore, RunStore, StepStore, GraphStore, CacheStore, StateStore, MaintenanceStore):
     url: str
     read_only: bool  # opened for reading only (a read-only file or folder): writes refuse
 
