@@ -3,7 +3,7 @@
 `blobs` maps a content hash (the canonical hash of a value, or the raw sha256 of a doc) to
 the value's serde bytes. A read checks the bytes against the hash (`IntegrityError` if they no
 longer match). A write of a hash already present compares the stored bytes with the new ones
-in SQL (no data comes back unless they differ) and overwrites stored bytes that no longer
+in SQL (by digest on PostgreSQL; nothing comes back unless they differ) and overwrites stored bytes that no longer
 match their hash, so re-running the same inputs repairs a corrupt value. Verified blobs and
 parsed docs are kept in memory (a content-addressed value never changes).
 """
@@ -44,19 +44,30 @@ class SQLBlobs(SQLBase, BlobStore):
         if not blobs:
             return
         ordered = sorted(blobs)  # one lock order for every writer (PostgreSQL row locks)
-        present = self.existing_blobs(ordered)
         now = time.time()
-        new = [h for h in ordered if h not in present]
-        if new:
-            self.executemany(
-                "INSERT INTO blobs (hash, data, size, created_at) VALUES (?, ?, ?, ?) "
-                "ON CONFLICT (hash) DO NOTHING",
-                [(h, blobs[h], len(blobs[h]), now) for h in new],
-            )
-        if present:
-            self._repair([h for h in ordered if h in present], blobs)
+        inserted: set = set()
+        for chunk in chunks(ordered, _COMPARE_CHUNK):
+            values = ", ".join(["(?, ?, ?, ?)"] * len(chunk))
+            inserted.update(r[0] for r in self.query(
+                f"INSERT INTO blobs (hash, data, size, created_at) VALUES {values} "
+                "ON CONFLICT (hash) DO NOTHING RETURNING hash",
+                [x for h in chunk for x in (h, blobs[h], len(blobs[h]), now)],
+            ))
+        present = [h for h in ordered if h not in inserted]
+        differ = self._differing(present, blobs) if present else []
+        if not differ:
+            return
+        stored = self.raw_blobs(differ)
+        for h in differ:
+            if h in stored and not blob_ok(h, stored[h]):  # another valid encoding is left be
+                self.execute("UPDATE blobs SET data = ?, size = ?, created_at = ? WHERE hash = ?",
+                             (blobs[h], len(blobs[h]), now, h))
+                with self._lock:
+                    self._docs.pop(h, None)
 
-    def _repair(self, hashes: list, blobs: dict) -> None:
+    def _differing(self, hashes: list, blobs: dict) -> list:
+        """Which of these stored blobs hold other bytes than `blobs` (compared in the database:
+        equal bytes, the common case, send nothing back)."""
         differ: list = []
         for chunk in chunks(hashes, _COMPARE_CHUNK):
             values = ", ".join(["(?, ?)"] * len(chunk))
@@ -65,16 +76,7 @@ class SQLBlobs(SQLBase, BlobStore):
                 "JOIN v ON b.hash = v.hash WHERE b.data <> v.data",
                 [x for h in chunk for x in (h, blobs[h])],
             )]
-        if not differ:
-            return
-        stored = dict(self.query(f"SELECT hash, data FROM blobs WHERE hash IN ({marks(len(differ))})",
-                                 differ))
-        for h in differ:
-            if h in stored and not blob_ok(h, stored[h]):  # another valid encoding is left be
-                self.execute("UPDATE blobs SET data = ?, size = ?, created_at = ? WHERE hash = ?",
-                             (blobs[h], len(blobs[h]), time.time(), h))
-                with self._lock:
-                    self._docs.pop(h, None)
+        return differ
 
     # reading -------------------------------------------------------------------------------
     def get_blobs(self, hashes: Iterable[str]) -> dict:
