@@ -12,12 +12,13 @@ import json
 import os
 import random
 import shutil
-import sqlite3
 import tempfile
 import time
 
 import rewind
 from rewind import store as rw_store
+from rewind.store import schema
+from rewind.store.bulk import BulkLoader, table_rows
 
 from . import workload as W
 
@@ -28,29 +29,33 @@ FORK_SHARE = 0.2
 FAILED_SHARE = 0.06
 INTERRUPTED_SHARE = 0.02
 SPAN_S = 90 * 86400
-TABLES = ("runs", "nodes", "burr_state", "cache")
+TABLES = (schema.RUNS.name, schema.NODES.name, schema.BURR_TABLE, schema.CACHE.name)
+# the modules (or packages) whose source decides what a run writes
+SOURCES = ("api", "engine", "store", "hashing", "serde")
+
+
+def _source_files(pkg: str) -> list:
+    files = []
+    for name in SOURCES:
+        path = os.path.join(pkg, name)
+        if os.path.isdir(path):
+            files += sorted(os.path.join(d, f) for d, _, fs in os.walk(path) for f in fs if f.endswith(".py"))
+        elif os.path.exists(path + ".py"):
+            files.append(path + ".py")
+    return files
 
 
 def recipe(n_runs: int) -> dict:
     src = hashlib.sha256()
     pkg = os.path.dirname(os.path.abspath(rewind.__file__))
-    for name in ("api.py", "engine.py", "store.py", "store_sqlite.py", "hashing.py", "serde.py"):
-        try:
-            with open(os.path.join(pkg, name), "rb") as f:
-                src.update(f.read())
-        except OSError:
-            pass
+    for path in _source_files(pkg):
+        with open(path, "rb") as f:
+            src.update(f.read())
     return {
         "generator": GENERATOR_VERSION, "runs": n_runs, "schema": rw_store.SCHEMA_VERSION,
-        "run_columns": list(rw_store.RUN_COLUMNS), "node_columns": list(rw_store.NODE_COLUMNS),
+        "run_columns": list(schema.RUN_COLUMNS), "node_columns": list(schema.NODE_COLUMNS),
         "rewind_source": src.hexdigest(),
     }
-
-
-def _rows(conn, table: str, where: str = "", params=()) -> tuple:
-    cur = conn.execute(f"SELECT * FROM {table} {where}", params)
-    cols = [d[0] for d in cur.description]
-    return cols, [list(r) for r in cur.fetchall()]
 
 
 class _Template:
@@ -64,27 +69,25 @@ class _Template:
             forks = {k: rw.fork(root.id, at=W.NODES[k]) for k in range(1, len(W.NODES))}
             assert root.status == "completed", root.status
             assert all(f.status == "completed" for f in forks.values())
-        conn = sqlite3.connect(path)
         self.root_id = root.id
         self.fork_ids = {k: f.id for k, f in forks.items()}
         self.cols = {}
         self.by_run = {}
-        for table, key in (("runs", "id"), ("nodes", "run_id"), ("burr_state", "app_id")):
-            cols, rows = _rows(conn, table)
+        for table, key in (("runs", "id"), ("nodes", "run_id"), (schema.BURR_TABLE, "app_id")):
+            cols, rows = table_rows(path, table)
             self.cols[table] = cols
             ki = cols.index(key)
             for r in rows:
                 self.by_run.setdefault((table, r[ki]), []).append(r)
-        self.cols["cache"], self.cache_rows = _rows(conn, "cache")
+        self.cols["cache"], self.cache_rows = table_rows(path, "cache")
         self.input_hashes = [r[self.cols["nodes"].index("input_hash")]
                              for r in self.by_run[("nodes", root.id)]]
-        _, self.blobs = _rows(conn, "blobs")
-        self.edges_cols, self.edges = _rows(conn, "edges")
+        self.blob_cols, self.blobs = table_rows(path, "blobs")
+        self.edges_cols, self.edges = table_rows(path, "edges")
         self.created = {
             rid: self.by_run[("runs", rid)][0][self.cols["runs"].index("created_at")]
             for rid in [root.id, *self.fork_ids.values()]
         }
-        conn.close()
 
 
 def _remap(row: list, mapping: dict, shift: float, float_cols: set) -> list:
@@ -103,30 +106,9 @@ def _remap(row: list, mapping: dict, shift: float, float_cols: set) -> list:
     return out
 
 
-def _insert(conn, table: str, cols: list, rows: list) -> None:
-    if rows:
-        conn.executemany(
-            f"INSERT INTO {table} ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))})", rows
-        )
-
-
-def generate(path: str, n_runs: int, seed: int = 7, log=print) -> dict:
-    """Write a synthetic store of `n_runs` runs (8 steps each) at `path`."""
-    started = time.perf_counter()
-    rng = random.Random(seed)
-    workdir = tempfile.mkdtemp(prefix="rewind-synth-")
-    t = _Template(workdir)
-    for suffix in ("", "-wal", "-shm"):
-        if os.path.exists(path + suffix):
-            os.remove(path + suffix)
-    rewind.Rewind(path).close()  # the schema, exactly as the product creates it
-    conn = sqlite3.connect(path, isolation_level=None)
-    conn.execute("PRAGMA journal_mode = WAL")
-    conn.execute("PRAGMA synchronous = OFF")
-    conn.execute("PRAGMA cache_size = -400000")
-    conn.execute("BEGIN")
-    _insert(conn, "blobs", ["hash", "data", "size", "created_at"], [r[:4] for r in t.blobs])
-    _insert(conn, "edges", t.edges_cols, t.edges)
+def _clone_runs(load: BulkLoader, t: _Template, n_runs: int, rng: random.Random, started: float,
+                log) -> int:
+    """Insert `n_runs` runs cloned from the template, in batches; returns the steps written."""
     rc, nc, bc, cc = (t.cols[x] for x in TABLES)
     run_float = {rc.index(c) for c in ("created_at", "finished_at", "heartbeat_at")}
     node_float = {nc.index("started_at")}
@@ -186,15 +168,29 @@ def generate(path: str, n_runs: int, seed: int = 7, log=print) -> dict:
             roots.append((rid, {h: mapping[h] for h in t.input_hashes}))
         if len(batch["runs"]) >= 5000:
             for x in TABLES:
-                _insert(conn, x, t.cols[x], batch[x])
+                load.insert(x, t.cols[x], batch[x])
                 batch[x] = []
             if (i + 1) % 50_000 == 0:
                 log(f"  synthetic store: {i + 1}/{n_runs} runs ({time.perf_counter() - started:.0f}s)")
     for x in TABLES:
-        _insert(conn, x, t.cols[x], batch[x])
-    conn.execute("COMMIT")
-    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-    conn.close()
+        load.insert(x, t.cols[x], batch[x])
+    return n_steps
+
+
+def generate(path: str, n_runs: int, seed: int = 7, log=print) -> dict:
+    """Write a synthetic store of `n_runs` runs (8 steps each) at `path`."""
+    started = time.perf_counter()
+    rng = random.Random(seed)
+    workdir = tempfile.mkdtemp(prefix="rewind-synth-")
+    t = _Template(workdir)
+    for suffix in ("", "-wal", "-shm"):
+        if os.path.exists(path + suffix):
+            os.remove(path + suffix)
+    rewind.Rewind(path).close()  # the schema, exactly as the product creates it
+    with BulkLoader(path) as load:
+        load.insert("blobs", list(schema.BLOB_COLUMNS), [r[:4] for r in t.blobs])
+        load.insert("edges", t.edges_cols, t.edges)
+        n_steps = _clone_runs(load, t, n_runs, rng, started, log)
     shutil.rmtree(workdir, ignore_errors=True)
     return {"runs": n_runs, "steps": n_steps, "seconds": time.perf_counter() - started}
 
@@ -230,15 +226,12 @@ def synthetic_store(n_runs: int, log=print, rebuild: bool = False, keep: bool = 
 
 def pick_ids(path: str, seed: int = 11) -> dict:
     """A few run ids of the synthetic store for the read figures: a root with a fork."""
-    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    store = rw_store.open_store(path, read_only=True)
     try:
-        n = conn.execute("SELECT COUNT(*) FROM runs").fetchone()[0]
+        n = store.count_runs()
         rng = random.Random(seed)
         # a fork from somewhere in the middle and its parent
-        row = conn.execute(
-            "SELECT id, parent_id FROM runs WHERE parent_id IS NOT NULL "
-            "ORDER BY created_at LIMIT 1 OFFSET ?", (rng.randrange(n // 10),),
-        ).fetchone()
-        return {"fork": row[0], "parent": row[1], "runs": n}
+        (row,) = store.list_run_rows(forks_only=True, limit=1, offset=rng.randrange(n // 10))
+        return {"fork": row["id"], "parent": row["parent_id"], "runs": n}
     finally:
-        conn.close()
+        store.close()

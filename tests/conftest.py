@@ -42,7 +42,7 @@ def store_url(request, tmp_path):
     if request.param == "sqlite":
         yield str(tmp_path / "rewind.db")
         return
-    from rewind.store_postgres import create_test_database, drop_database
+    from rewind.store.pg_admin import create_test_database, drop_database
 
     url = create_test_database(postgres_base_url())
     try:
@@ -72,7 +72,7 @@ def db_url(store_url):
 @pytest.fixture
 def pg_url():
     """A fresh PostgreSQL database (for tests that need one beside a SQLite file)."""
-    from rewind.store_postgres import create_test_database, drop_database
+    from rewind.store.pg_admin import create_test_database, drop_database
 
     url = create_test_database(postgres_base_url())
     try:

@@ -251,8 +251,12 @@ def test_a_corrupted_blob_is_never_served_from_the_cache(db_url, corruption):
     assert CALLS == ["draft"]
     assert step.output_hash == run.step("draft").output_hash  # recomputed, same as the original
     assert fork.step("polish").status == "cached"
+    # the re-execution wrote the value again over the corrupt bytes: the original reads again
+    assert fresh.get_run(run.id).step("draft").outputs["draft"]["text"].startswith("PLAN FOR INTEGRITY")
 
-    # gc drops the corrupt blob; the next execution stores the value again and the cache heals
+    # corrupted again: gc drops the corrupt blob; the next execution stores it again
+    with store.transaction():
+        store.execute("UPDATE blobs SET data = ? WHERE hash = ?", (bad, h))
     report = fresh.gc(older_than_days=365)
     assert report["corrupt_blobs"] == 1 and report["runs"] == 0
     assert store.query("SELECT COUNT(*) FROM blobs WHERE hash = ?", (h,))[0][0] == 0

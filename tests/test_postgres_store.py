@@ -190,7 +190,7 @@ def test_postgres_store_mechanics(pg_url):
     from rewind import serde
     from rewind.hashing import canonical_hash
     from rewind.store import open_store
-    from rewind.store_postgres import PostgresStore
+    from rewind.store.postgres import PostgresStore
 
     store = open_store(pg_url)
     assert isinstance(store, PostgresStore)

@@ -196,6 +196,7 @@ def test_an_old_database_gets_the_doc_column(tmp_path):
     keep = [c for c in cols if c != "doc"]
     conn.execute(f"CREATE TABLE nodes AS SELECT {', '.join(keep)} FROM nodes_new")
     conn.execute("DROP TABLE nodes_new")
+    conn.execute("UPDATE schema_version SET version = 1")  # as the first layout recorded it
     conn.commit()
     conn.close()
     rw = Rewind(path, pipelines=[PIPELINE])

@@ -1,0 +1,211 @@
+"""Blobs: content-addressed values, stored once, verified on every read, repaired on write.
+
+`blobs` maps a content hash (the canonical hash of a value, or the raw sha256 of a doc) to
+the value's serde bytes. A read checks the bytes against the hash (`IntegrityError` if they no
+longer match). A write of a hash already present compares the stored bytes with the new ones
+in SQL (by digest on PostgreSQL; nothing comes back unless they differ) and overwrites stored bytes that no longer
+match their hash, so re-running the same inputs repairs a corrupt value. Verified blobs and
+parsed docs are kept in memory (a content-addressed value never changes).
+"""
+
+from __future__ import annotations
+
+import collections
+import time
+from typing import Any, Iterable, Sequence
+
+from .. import serde
+from ..errors import IntegrityError, NotFound
+from .base import BlobStore
+from .rows import blob_ok, make_doc
+from .sql import SQLBase, chunks, marks
+
+DOC_MEMORY = 50_000  # parsed docs (state refs maps, step docs) kept in memory per store
+BLOB_MEMORY_BYTES = 32 << 20  # verified blobs kept in memory per store
+_IMMUTABLE = (str, int, float, bool, type(None))
+_COMPARE_CHUNK = 100  # (hash, bytes) pairs per comparison statement
+
+
+class SQLBlobs(SQLBase, BlobStore):
+    def _init_blob_memory(self) -> None:
+        # Blobs this process read and verified, oldest first, up to BLOB_MEMORY_BYTES: a hot
+        # blob (a cached output every fork replays) is served from memory. Immutable values are
+        # kept decoded (shared safely), others as bytes (decoded per read, so no caller sees
+        # another's mutation).
+        self._verified: collections.OrderedDict = collections.OrderedDict()
+        self._verified_bytes = 0
+        self._docs: collections.OrderedDict = collections.OrderedDict()
+        self._doc_memo: dict = {}
+
+    # writing -------------------------------------------------------------------------------
+    def put_blobs(self, blobs: dict) -> None:
+        """Store values by content hash (`blobs`: {hash: encoded bytes}); a stored copy whose
+        bytes no longer match its hash is overwritten."""
+        if not blobs:
+            return
+        ordered = sorted(blobs)  # one lock order for every writer (PostgreSQL row locks)
+        now = time.time()
+        inserted: set = set()
+        for chunk in chunks(ordered, _COMPARE_CHUNK):
+            values = ", ".join(["(?, ?, ?, ?)"] * len(chunk))
+            inserted.update(r[0] for r in self.query(
+                f"INSERT INTO blobs (hash, data, size, created_at) VALUES {values} "
+                "ON CONFLICT (hash) DO NOTHING RETURNING hash",
+                [x for h in chunk for x in (h, blobs[h], len(blobs[h]), now)],
+            ))
+        present = [h for h in ordered if h not in inserted]
+        differ = self._differing(present, blobs) if present else []
+        if not differ:
+            return
+        stored = self.raw_blobs(differ)
+        for h in differ:
+            if h in stored and not blob_ok(h, stored[h]):  # another valid encoding is left be
+                self.execute("UPDATE blobs SET data = ?, size = ?, created_at = ? WHERE hash = ?",
+                             (blobs[h], len(blobs[h]), now, h))
+                with self._lock:
+                    self._docs.pop(h, None)
+
+    def _differing(self, hashes: list, blobs: dict) -> list:
+        """Which of these stored blobs hold other bytes than `blobs` (compared in the database:
+        equal bytes, the common case, send nothing back)."""
+        differ: list = []
+        for chunk in chunks(hashes, _COMPARE_CHUNK):
+            values = ", ".join(["(?, ?)"] * len(chunk))
+            differ += [r[0] for r in self.query(
+                f"WITH v(hash, data) AS (VALUES {values}) SELECT b.hash FROM blobs b "
+                "JOIN v ON b.hash = v.hash WHERE b.data <> v.data",
+                [x for h in chunk for x in (h, blobs[h])],
+            )]
+        return differ
+
+    # reading -------------------------------------------------------------------------------
+    def get_blobs(self, hashes: Iterable[str]) -> dict:
+        """Decoded values by hash; each checked against its hash (`IntegrityError` if not)."""
+        wanted = [h for h in dict.fromkeys(hashes) if h]
+        out = {}
+        missing = []
+        for h in wanted:
+            hit = self._verified.get(h)
+            if hit is None:
+                missing.append(h)
+            else:
+                out[h] = hit[0]
+        for chunk in chunks(missing):
+            for h, data in self.query(f"SELECT hash, data FROM blobs WHERE hash IN ({marks(len(chunk))})",
+                                      chunk):
+                data = bytes(data)
+                if not blob_ok(h, data):
+                    raise IntegrityError(
+                        f"blob {h[:12]}… no longer matches its hash: the database was altered "
+                        "outside Rewind; run `python -m rewind gc` to drop it (re-running the "
+                        "step that wrote it stores it again)"
+                    )
+                out[h] = self._remember(h, data)
+        for h in missing:
+            if h not in out:
+                raise NotFound(f"blob {h[:12]}… is missing from {self.url}")
+        return {h: serde.decode(out[h]) if isinstance(out[h], bytes) else out[h] for h in wanted}
+
+    def _remember(self, h: str, data: bytes) -> Any:
+        """Keep a verified blob (decoded if immutable); returns what `get_blobs` hands out."""
+        value = serde.decode(data)
+        kept = value if type(value) in _IMMUTABLE else data
+        with self._lock:
+            if h not in self._verified:
+                self._verified[h] = (kept, len(data))
+                self._verified_bytes += len(data)
+                while self._verified_bytes > BLOB_MEMORY_BYTES and self._verified:
+                    _, (_, size) = self._verified.popitem(last=False)
+                    self._verified_bytes -= size
+        return kept
+
+    def existing_blobs(self, hashes: Sequence[str]) -> set:
+        """Which of these blob hashes the database holds now (not the in-memory copies)."""
+        return {r[0] for r in self.query_in("SELECT hash FROM blobs WHERE hash IN ({marks})", hashes)}
+
+    def forget_blobs(self) -> None:
+        """Drop the in-memory blobs (after a gc deleted rows from `blobs`)."""
+        with self._lock:
+            self._verified.clear()
+            self._verified_bytes = 0
+            self._docs.clear()
+
+    def values(self, refs: dict) -> dict:
+        """Resolve a {field: blob hash} mapping into {field: value}."""
+        if not refs:
+            return {}
+        blobs = self.get_blobs(refs.values())
+        return {k: blobs[h] for k, h in refs.items()}
+
+    # docs ----------------------------------------------------------------------------------
+    def memo_doc(self, key: tuple, build) -> tuple:
+        """(hash, bytes) of the doc `build()` returns, remembered under `key` (a tuple that
+        determines the doc): a replay makes the same docs its parent made, so it skips their
+        encoding and hashing. The bytes are still written each time."""
+        memo = self._doc_memo
+        got = memo.get(key)
+        if got is None:
+            got = make_doc(build())
+            if len(memo) >= DOC_MEMORY:
+                memo.clear()
+            memo[key] = got
+        return got
+
+    def get_docs(self, hashes: Iterable[str]) -> dict:
+        """Parsed content-addressed docs by hash (verified like any blob). The dicts are shared
+        between callers: read them, never mutate them."""
+        docs = self._docs
+        out = {}
+        missing = []
+        for h in hashes:
+            if not h or h in out:
+                continue
+            d = docs.get(h)
+            if d is None:
+                missing.append(h)
+            else:
+                out[h] = d
+        if missing:
+            got = self.get_blobs(missing)
+            with self._lock:
+                for h in missing:
+                    d = got[h]
+                    if not isinstance(d, dict):
+                        raise IntegrityError(f"blob {h[:12]}… is not a Rewind document")
+                    out[h] = docs[h] = d
+                while len(docs) > DOC_MEMORY:
+                    docs.popitem(last=False)
+        return out
+
+    # maintenance ---------------------------------------------------------------------------
+    def raw_blobs(self, hashes: Iterable[str]) -> dict:
+        """{hash: stored bytes} as they are (no verification, nothing kept in memory)."""
+        return {h: bytes(d) for h, d in
+                self.query_in("SELECT hash, data FROM blobs WHERE hash IN ({marks})", sorted(set(hashes)))}
+
+    def corrupt_blobs(self) -> dict:
+        """{hash: size} of blobs whose bytes no longer match their hash (read in pages)."""
+        bad: dict = {}
+        last = ""
+        while True:
+            rows = self.query(
+                "SELECT hash, data, size FROM blobs WHERE hash > ? ORDER BY hash LIMIT 200", (last,)
+            )
+            if not rows:
+                return bad
+            for h, data, size in rows:
+                if not blob_ok(h, data):
+                    bad[h] = int(size or 0)
+            last = rows[-1][0]
+
+    def blob_sizes(self) -> Iterable[tuple]:
+        """(hash, size) of every blob, in pages."""
+        return self.scan("SELECT hash, size FROM blobs")
+
+    def delete_blobs(self, hashes: Iterable[str]) -> None:
+        self.execute_in("DELETE FROM blobs WHERE hash IN ({marks})", sorted(hashes))
+
+    def blob_totals(self) -> tuple:
+        count, size = self.query("SELECT COUNT(*), COALESCE(SUM(size), 0) FROM blobs")[0]
+        return int(count), int(size)
+

@@ -1,0 +1,168 @@
+"""Burr's saved states (`burr_state`): Burr's own persister, subclassed so rows refer to blobs.
+
+A state row holds the hash of its {field: blob hash} doc plus Burr's small internal keys, never
+the values (see `rows` for the spellings), so a fork whose states equal its parent's adds small
+rows only. While a run executes in this process, its execution context (`base.LiveContext`,
+registered in `store.live_contexts`) hashes the state and commits state rows together with
+step rows; without one, `save` hashes and commits by itself.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Iterable, Optional
+
+from .. import serde
+from ..hashing import canonical_hash
+from .base import StateStore
+from .rows import (
+    DOC_KEY, PARTITION_KEY, PRIOR_STEP_KEY, REFS_KEY, SEQUENCE_ID_KEY, STEP_DOC_KEY,
+)
+from .schema import BURR_TABLE, STATE_COLUMNS
+from .sql import SQLBase
+
+_KEY = "partition_key = ? AND app_id = ? AND sequence_id = ?"
+
+
+class SQLStates(SQLBase, StateStore):
+    def attach_context(self, app_id: str, ctx: Any) -> None:
+        """Route the persister's saves for `app_id` through a run's execution context."""
+        self.live_contexts[app_id] = ctx
+
+    def detach_context(self, app_id: str) -> None:
+        self.live_contexts.pop(app_id, None)
+
+    def load_state_refs(self, app_id: str, sequence_id: int) -> Optional[dict]:
+        rows = self.query(f"SELECT state, position, sequence_id FROM {BURR_TABLE} WHERE {_KEY}",
+                          (PARTITION_KEY, app_id, sequence_id))
+        if not rows:
+            return None
+        data, position, seq = rows[0]
+        data = json.loads(data) if isinstance(data, (str, bytes)) else data
+        return self.resolve_state_doc(data, position, seq)
+
+    def resolve_state_doc(self, data: dict, position: Any, sequence_id: Any) -> dict:
+        """A state row's document in its resolved form {REFS_KEY: {field: hash}, internal keys}
+        (a row holds the refs map by hash, in a blob; rows of the first layout inline)."""
+        h = data.get(DOC_KEY) or data.get(STEP_DOC_KEY)
+        if h is None:
+            return data
+        out = {k: v for k, v in data.items() if k not in (DOC_KEY, STEP_DOC_KEY)}
+        if STEP_DOC_KEY in data:
+            out[PRIOR_STEP_KEY] = position
+            out[SEQUENCE_ID_KEY] = int(sequence_id)
+        out[REFS_KEY] = dict(self.get_docs([h])[h])
+        return out
+
+    def has_state(self, app_id: str, sequence_id: int) -> bool:
+        return bool(self.query(f"SELECT 1 FROM {BURR_TABLE} WHERE {_KEY}",
+                               (PARTITION_KEY, app_id, sequence_id)))
+
+    def insert_state_rows(self, rows: list) -> None:
+        """Rows of (partition_key, app_id, sequence_id, position, state, status)."""
+        self.executemany(
+            f"INSERT INTO {BURR_TABLE} (partition_key, app_id, sequence_id, position, "
+            "state, status) VALUES (?, ?, ?, ?, ?, ?)",
+            rows,
+        )
+
+    def state_snapshot(self, app_id: str, sequence_id: int) -> Optional[dict]:
+        """The whole state Burr saved after a step, resolved from blobs."""
+        data = self.load_state_refs(app_id, sequence_id)
+        if data is None:
+            return None
+        values = self.values(data.get(REFS_KEY, {}))
+        values.update({k: v for k, v in data.items() if k != REFS_KEY})
+        return values
+
+    # export, import, gc --------------------------------------------------------------------
+    def state_rows_of_apps(self, app_ids: Iterable[str]) -> list:
+        """Every saved state of these apps, as STATE_COLUMNS tuples, ordered."""
+        return self.query_in(
+            f"SELECT {', '.join(STATE_COLUMNS)} FROM {BURR_TABLE} WHERE app_id IN ({{marks}}) "
+            "ORDER BY app_id, sequence_id, position",
+            sorted(set(app_ids)),
+        )
+
+    def state_rows_at(self, app_id: str, sequence_id: int) -> list:
+        return self.query(
+            f"SELECT {', '.join(STATE_COLUMNS)} FROM {BURR_TABLE} WHERE app_id = ? AND "
+            "sequence_id = ? ORDER BY position", (app_id, sequence_id))
+
+    def state_references(self) -> Iterable[tuple]:
+        """(partition_key, app_id, sequence_id, position, state) of every saved state, in pages."""
+        return self.scan(f"SELECT partition_key, app_id, sequence_id, position, state FROM {BURR_TABLE}")
+
+    def insert_state_if_absent(self, row: dict) -> None:
+        """Insert an imported state row unless one is at its key already."""
+        key = (row["partition_key"], row["app_id"], row["sequence_id"], row["position"])
+        if self.query(f"SELECT 1 FROM {BURR_TABLE} WHERE {_KEY} AND position = ?", key):
+            return
+        self.execute(
+            f"INSERT INTO {BURR_TABLE} (partition_key, app_id, sequence_id, position, state, "
+            "status) VALUES (?, ?, ?, ?, ?, ?)", (*key, row["state"], row["status"]))
+
+    def delete_states_of_apps(self, app_ids: Iterable[str]) -> None:
+        self.execute_in(f"DELETE FROM {BURR_TABLE} WHERE partition_key = ? AND app_id IN ({{marks}})",
+                        sorted(app_ids), (PARTITION_KEY,))
+
+    def delete_state(self, partition_key: str, app_id: str, sequence_id: int, position: str) -> None:
+        self.execute(f"DELETE FROM {BURR_TABLE} WHERE {_KEY} AND position = ?",
+                     (partition_key, app_id, sequence_id, position))
+
+
+class BlobRefPersisterMixin:
+    """Burr persister behaviour shared by backends: a state row holds the hash of its refs map
+    ({field: blob hash}, itself a content-addressed blob) plus Burr's small internal keys."""
+
+    rewind_store: Any
+
+    def save(self, partition_key, app_id, sequence_id, position, state, status, **kwargs):
+        store = self.rewind_store
+        values = state.get_all()
+        ctx = store.live_contexts.get(app_id)
+        internal = {k: v for k, v in values.items() if k.startswith("__")}
+        if ctx is not None:
+            refs = ctx.state_refs(values)
+            blobs = ctx.take_new_blobs()
+        else:
+            refs, blobs = {}, {}
+            for k, v in values.items():
+                if k.startswith("__"):
+                    continue
+                refs[k] = canonical_hash(v, k)
+                blobs[refs[k]] = serde.encode(v, k)
+        doc_hash, doc_data = store.memo_doc(tuple(refs.items()), lambda: refs)
+        blobs[doc_hash] = doc_data
+        if internal == {PRIOR_STEP_KEY: position, SEQUENCE_ID_KEY: sequence_id}:
+            doc = json.dumps({STEP_DOC_KEY: doc_hash}, separators=(",", ":"))
+        else:
+            doc = json.dumps({DOC_KEY: doc_hash, **internal}, sort_keys=True, separators=(",", ":"))
+        row = (partition_key if partition_key is not None else PARTITION_KEY, app_id, sequence_id,
+               position, doc, status)
+        if ctx is not None:
+            # The context commits state rows together with their step rows; cheap steps share
+            # a commit, and on_step hears of a step only once its commit is done.
+            ctx.pending_states.append(row)
+            ctx.new_blobs.update(blobs)
+            if ctx.must_commit():
+                ctx.commit()
+            return
+        with store.transaction():
+            store.put_blobs(blobs)
+            store.insert_state_rows([row])
+
+    def load(self, partition_key, app_id, sequence_id=None, **kwargs):
+        from burr.core import State
+
+        result = super().load(partition_key, app_id, sequence_id, **kwargs)
+        if result is None:
+            return None
+        raw = self.rewind_store.resolve_state_doc(
+            result["state"].get_all(), result["position"], result["sequence_id"])
+        refs = raw.get(REFS_KEY, {})
+        values = self.rewind_store.values(refs)
+        values.update({k: v for k, v in raw.items() if k != REFS_KEY})
+        self.last_loaded_refs = dict(refs)
+        result["state"] = State(values)
+        return result

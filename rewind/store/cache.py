@@ -1,0 +1,154 @@
+"""The caches: node cache (node, input_hash) -> outputs, tool cache (tool, args_hash) -> result,
+and the alarms raised when one input hash gave two different outputs.
+
+An entry's `outputs` is a refs map ({field: blob hash}); the values are blobs. Expiry by TTL is
+the engine's decision (it knows the node's policy); purging by age is here.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Any, Iterable, Optional, Sequence
+
+from .. import serde
+from ..errors import IntegrityError, InvalidRequest, NotFound
+from ..hashing import canonical_hash
+from .base import CacheStore
+from .schema import ALARM_COLUMNS, CACHE, CACHE_COLUMNS
+from .sql import SQLBase
+
+_SELECT = f"SELECT {', '.join(CACHE_COLUMNS)} FROM cache"
+_KEYS_PER_QUERY = 200
+
+
+class SQLCache(SQLBase, CacheStore):
+    # node cache ----------------------------------------------------------------------------
+    def cache_get(self, node: str, input_hash: str) -> Optional[dict]:
+        rows = self.query(f"{_SELECT} WHERE node = ? AND input_hash = ?", (node, input_hash))
+        return CACHE.row(rows[0]) if rows else None
+
+    def cache_get_many(self, keys: Sequence[tuple]) -> dict:
+        """{(node, input_hash): entry} for the keys that have a cache entry (one query)."""
+        keys = list(dict.fromkeys(tuple(k) for k in keys if k[1]))
+        out: dict = {}
+        for i in range(0, len(keys), _KEYS_PER_QUERY):
+            chunk = keys[i : i + _KEYS_PER_QUERY]
+            where = " OR ".join(["(node = ? AND input_hash = ?)"] * len(chunk))
+            for r in self.query(f"{_SELECT} WHERE {where}", [x for k in chunk for x in k]):
+                entry = CACHE.row(r)
+                out[(entry["node"], entry["input_hash"])] = entry
+        return out
+
+    def cache_put(self, row: dict, keep_existing: bool = False) -> None:
+        """Insert a cache entry; replace an existing one unless `keep_existing` (a
+        deterministic entry keeps its first output)."""
+        cols = list(CACHE_COLUMNS)
+        updates = ", ".join(
+            f"{c} = excluded.{c}" for c in cols if c not in ("node", "input_hash", "hits")
+        )
+        conflict = "DO NOTHING" if keep_existing else f"DO UPDATE SET {updates}"
+        self.execute(
+            f"INSERT INTO cache ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))}) "
+            f"ON CONFLICT (node, input_hash) {conflict}",
+            [row.get(c, 0 if c == "hits" else None) for c in cols],
+        )
+
+    def cache_hits(self, keys: list) -> None:
+        self.executemany(
+            "UPDATE cache SET hits = hits + 1 WHERE node = ? AND input_hash = ?",
+            [tuple(k) for k in keys],
+        )
+
+    def cache_stats(self) -> dict:
+        entries, hits, oldest = self.query(
+            "SELECT COUNT(*), COALESCE(SUM(hits), 0), MIN(cached_at) FROM cache")[0]
+        tools, tool_hits = self.query("SELECT COUNT(*), COALESCE(SUM(hits), 0) FROM tool_cache")[0]
+        blob_count, blob_bytes = self.blob_totals()
+        return {
+            "entries": int(entries), "hits": int(hits), "oldest": oldest,
+            "tool_entries": int(tools), "tool_hits": int(tool_hits),
+            "blobs": blob_count, "blob_bytes": blob_bytes,
+        }
+
+    # tool cache ----------------------------------------------------------------------------
+    def tool_cache_get(self, tool: str, args_hash: str, ttl: Optional[float], now: float):
+        rows = self.query(
+            "SELECT result_hash, cached_at FROM tool_cache WHERE tool = ? AND args_hash = ?",
+            (tool, args_hash),
+        )
+        if not rows or (ttl is not None and now - rows[0][1] >= ttl):
+            return None
+        try:
+            value = self.get_blobs([rows[0][0]])[rows[0][0]]
+        except (IntegrityError, NotFound):
+            return None
+        if not self.read_only:
+            with self.transaction():
+                self.execute(
+                    "UPDATE tool_cache SET hits = hits + 1 WHERE tool = ? AND args_hash = ?",
+                    (tool, args_hash),
+                )
+        return (value,)
+
+    def tool_cache_put(self, tool: str, args_hash: str, result: Any, now: float) -> None:
+        data = serde.encode(result, tool)
+        h = canonical_hash(result, tool)
+        with self.transaction():
+            self.put_blobs({h: data})
+            self.execute(
+                "INSERT INTO tool_cache (tool, args_hash, result_hash, cached_at, hits) "
+                "VALUES (?, ?, ?, ?, 0) ON CONFLICT (tool, args_hash) DO UPDATE SET "
+                "result_hash = excluded.result_hash, cached_at = excluded.cached_at",
+                (tool, args_hash, h, now),
+            )
+
+    # alarms --------------------------------------------------------------------------------
+    def add_alarm(self, node: str, input_hash: str, hash_a: str, hash_b: str, run_id: str) -> None:
+        self.execute(
+            "INSERT INTO alarms (node, input_hash, output_hash_a, output_hash_b, run_id, created_at) "
+            "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (node, input_hash, output_hash_b) DO NOTHING",
+            (node, input_hash, hash_a, hash_b, run_id, time.time()),
+        )
+
+    def alarms(self, node: Optional[str] = None) -> list:
+        sql = f"SELECT {', '.join(ALARM_COLUMNS)} FROM alarms"
+        params: list = []
+        if node:
+            sql += " WHERE node = ?"
+            params.append(node)
+        return [dict(zip(ALARM_COLUMNS, r)) for r in self.query(sql + " ORDER BY created_at", params)]
+
+    # age -----------------------------------------------------------------------------------
+    def count_cache_older(self, cutoff: float) -> tuple:
+        """(node-cache entries, tool-cache entries) cached before `cutoff` (epoch seconds)."""
+        n = int(self.query("SELECT COUNT(*) FROM cache WHERE cached_at < ?", (cutoff,))[0][0])
+        t = int(self.query("SELECT COUNT(*) FROM tool_cache WHERE cached_at < ?", (cutoff,))[0][0])
+        return n, t
+
+    def delete_cache_older(self, cutoff: float) -> None:
+        self.execute("DELETE FROM cache WHERE cached_at < ?", (cutoff,))
+        self.execute("DELETE FROM tool_cache WHERE cached_at < ?", (cutoff,))
+
+    def purge_cache(self, older_than_s: float, dry_run: bool = False) -> int:
+        try:
+            older_than_s = float(older_than_s)
+        except (TypeError, ValueError):
+            raise InvalidRequest(f"older_than must be a number of seconds, not {older_than_s!r}") from None
+        if math.isnan(older_than_s) or older_than_s < 0:
+            # NaN compares false everywhere: on PostgreSQL `cached_at < NaN` is true for all rows
+            raise InvalidRequest(f"older_than must be >= 0 seconds, not {older_than_s!r}")
+        cutoff = time.time() - older_than_s
+        n = sum(self.count_cache_older(cutoff))
+        if not dry_run:
+            with self.transaction():
+                self.delete_cache_older(cutoff)
+        return n
+
+    def kept_cache_references(self, cutoff: float) -> Iterable[tuple]:
+        """('outputs', refs json) of node-cache entries and ('tool', result hash) of tool-cache
+        entries cached at or after `cutoff`, in pages: the blobs the caches keep."""
+        for (outputs,) in self.scan("SELECT outputs FROM cache WHERE cached_at >= ?", (cutoff,)):
+            yield "outputs", outputs
+        for (h,) in self.scan("SELECT result_hash FROM tool_cache WHERE cached_at >= ?", (cutoff,)):
+            yield "tool", h

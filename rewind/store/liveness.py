@@ -1,0 +1,53 @@
+"""Who owns a running run: this host and process, and whether an owner is still alive.
+
+A run row carries (owner_host, owner_pid, owner_started, heartbeat_at). On the same host the
+owner's pid and start time decide (a reused pid is told apart by its start time); across
+hosts a heartbeat younger than `HEARTBEAT_LEASE_S` does. `runs.recover_interrupted` applies it.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from typing import Optional
+
+HEARTBEAT_LEASE_S = 60.0
+HOST = socket.gethostname()
+PID = os.getpid()
+
+
+def process_started(pid: int) -> Optional[float]:
+    """The start time of a process (Linux clock ticks since boot), to tell a reused pid apart."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            fields = f.read().rsplit(b")", 1)[1].split()
+        return float(fields[19])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def process_alive(pid: int, started: Optional[float]) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            if f.read().rsplit(b")", 1)[1].split()[0] == b"Z":
+                return False  # a zombie: dead, only not yet reaped by its parent
+    except (OSError, IndexError):
+        pass
+    now_started = process_started(pid)
+    return started is None or now_started is None or abs(now_started - started) < 1e-6
+
+
+def owner_is_gone(host: Optional[str], pid: Optional[int], started: Optional[float],
+                  heartbeat: Optional[float], now: float) -> bool:
+    """Is the process that owns a `running` run gone (so the run is `interrupted`)?"""
+    if host == HOST and pid is not None:
+        if pid == PID and started == process_started(PID):
+            return False  # ours: a run in another thread of this process
+        return not process_alive(int(pid), started)
+    return heartbeat is None or now - heartbeat >= HEARTBEAT_LEASE_S

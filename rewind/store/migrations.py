@@ -1,0 +1,97 @@
+"""Numbered schema migrations, run once per database under the backend's schema lock.
+
+    1  the first layout: runs, nodes, edges, cache, tool_cache, blobs, alarms, burr_state
+    2  nodes.doc: a step row's content-addressed doc (databases of version 1 may have it
+       already: it was once added on every open)
+
+Opening a database whose version is current reads one row and runs no DDL, takes no lock.
+Otherwise the opener takes the schema lock (`pg_advisory_xact_lock` on PostgreSQL, BEGIN
+IMMEDIATE on SQLite), reads the version again (another process may have migrated meanwhile)
+and applies the missing steps in that one transaction. A migration adds the columns the
+schema marks `since` its version; a fresh database gets the current tables in step 1.
+To change the layout: add the column to `schema` with `since=N+1` (or write a function) and
+append a `Migration(N+1, ...)` here.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable, Optional
+
+from ..errors import StoreError
+from . import schema
+
+
+@dataclasses.dataclass(frozen=True)
+class Migration:
+    version: int
+    what: str
+    apply: Callable  # apply(store): inside the schema transaction
+
+
+def _create_tables(store) -> None:
+    for table in schema.OWN_TABLES:
+        for ddl in table.ddl(store.types):
+            store.execute(ddl)
+    store._make_persister(store.connection).initialize()  # Burr's own DDL for burr_state
+
+
+def _add_columns_since(version: int) -> Callable:
+    def apply(store) -> None:
+        for table in schema.OWN_TABLES:
+            new = table.columns_since(version)
+            if not new:
+                continue
+            have = set(store._columns(table.name))
+            for col in new:
+                if col.name not in have:
+                    store.execute(f"ALTER TABLE {table.name} ADD COLUMN {col.ddl(store.types)}")
+    return apply
+
+
+MIGRATIONS = (
+    Migration(1, "the first layout", _create_tables),
+    Migration(2, "nodes.doc", _add_columns_since(2)),
+)
+SCHEMA_VERSION = MIGRATIONS[-1].version
+
+
+def current_version(store) -> Optional[int]:
+    """The database's schema version; None for a database with no Rewind schema yet."""
+    if not store._table_exists("schema_version"):
+        return None
+    rows = store.query("SELECT version FROM schema_version")
+    return max(int(r[0]) for r in rows) if rows else None
+
+
+def _check_not_newer(store, version: Optional[int]) -> None:
+    if version is not None and version > SCHEMA_VERSION:
+        raise StoreError(
+            f"{store.url} has schema version {version}, newer than this Rewind "
+            f"({SCHEMA_VERSION}); upgrade Rewind to open it"
+        )
+
+
+def ensure_schema(store) -> int:
+    """Bring the database to SCHEMA_VERSION; returns the number of migrations applied."""
+    version = current_version(store)
+    _check_not_newer(store, version)
+    if version == SCHEMA_VERSION:
+        return 0
+    if store.read_only:
+        state = "has no Rewind schema" if version is None else f"has schema version {version}"
+        raise StoreError(
+            f"{store.url} {state} and is open read-only ({store.read_only_reason}); open it "
+            f"once from a process that may write it, to migrate it to version {SCHEMA_VERSION}"
+        )
+    with store.schema_lock():
+        version = current_version(store)  # another process may have migrated meanwhile
+        _check_not_newer(store, version)
+        start = version or 0
+        todo = [m for m in MIGRATIONS if m.version > start]
+        for m in todo:
+            m.apply(store)
+        if todo:
+            store.execute("DELETE FROM schema_version")
+            store.execute("INSERT INTO schema_version (version) VALUES (?)", (SCHEMA_VERSION,))
+    return len(todo)

@@ -1,0 +1,233 @@
+"""The PostgreSQL backend: the shared schema and SQL on psycopg2, Burr's PostgreSQLPersister.
+
+    rw = Rewind("postgresql://user@host:5432/rewind")
+
+Same tables and behaviour as the SQLite backend; for several Rewind instances (or processes,
+or hosts) sharing one database. One connection per thread (the base class keeps them), in
+autocommit mode so a read never leaves a transaction open; `transaction()` issues BEGIN/COMMIT
+itself and nests with savepoints. A migration holds `pg_advisory_xact_lock` for its
+transaction; opening a database whose schema is current runs no DDL and locks nothing, so it
+never waits on (or deadlocks with) writers.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any, Iterator, Optional, Sequence
+
+from ..errors import InvalidRequest, StoreError
+from ..hashing import sha256_hex
+from .burr_state import BlobRefPersisterMixin
+from .pg_admin import CONNECT_TIMEOUT_S, redact
+from .rows import PARTITION_KEY
+from .schema import BURR_TABLE
+from .sql import chunks, invalid_unicode
+from .sqlstore import SQLStore
+
+try:
+    import psycopg2
+    import psycopg2.extensions
+    from burr.integrations.persisters.b_psycopg2 import PostgreSQLPersister
+except ImportError as e:  # pragma: no cover - both are dependencies of the package
+    raise StoreError(
+        f"PostgreSQL support needs psycopg2 (pip install psycopg2-binary): {e}"
+    ) from e
+
+# any 64-bit number, fixed: every Rewind process agrees on it
+SCHEMA_LOCK_KEY = 0x52657769_6E640001 & 0x7FFFFFFFFFFFFFFF
+# the tables gc locks against writers while it decides what nothing refers to
+GC_TABLES = ("blobs", "nodes", "cache", "tool_cache", BURR_TABLE, "runs")
+
+
+class _Conn(psycopg2.extensions.connection):
+    """A psycopg2 connection that knows its transaction depth (for nesting)."""
+
+    depth = 0
+
+
+class BlobRefPostgresPersister(BlobRefPersisterMixin, PostgreSQLPersister):
+    """Burr's PostgreSQLPersister on the store's connection, writing blob references."""
+
+    def __init__(self, store: "PostgresStore", connection):
+        super().__init__(connection, table_name=BURR_TABLE)
+        self.rewind_store = store
+
+    def load(self, partition_key, app_id, sequence_id=None, **kwargs):
+        return super().load(
+            partition_key if partition_key is not None else PARTITION_KEY, app_id, sequence_id,
+            **kwargs,
+        )
+
+    def save(self, partition_key, app_id, sequence_id, position, state, status, **kwargs):
+        return super().save(
+            partition_key if partition_key is not None else PARTITION_KEY, app_id, sequence_id,
+            position, state, status, **kwargs,
+        )
+
+    def cleanup(self):
+        pass  # the store owns and closes the connection
+
+    def __exit__(self, exc_type, exc_value, traceback):
+        return False
+
+    def __del__(self):
+        pass  # the store owns and closes the connection
+
+
+def _refused(e: Exception) -> InvalidRequest:
+    if isinstance(e, UnicodeEncodeError):
+        return invalid_unicode(e)
+    # a value PostgreSQL cannot hold (e.g. \u0000 or a lone surrogate escape in JSONB); the
+    # statement failed, so the caller's transaction rolls back
+    first = (getattr(e, "pgerror", None) or str(e)).strip().splitlines()[0]
+    return InvalidRequest(f"PostgreSQL refused a value: {first}")
+
+
+class PostgresStore(SQLStore):
+    placeholder = "%s"
+    types = {"float": "DOUBLE PRECISION", "bigint": "BIGINT", "blob": "BYTEA"}
+    write_errors = (psycopg2.OperationalError,)
+
+    def __init__(self, url: str, read_only: Optional[bool] = None):
+        self.dsn = url
+        super().__init__(redact(url), read_only=bool(read_only),
+                         read_only_reason="asked to open it read-only" if read_only else "")
+
+    # connections ---------------------------------------------------------------------------
+    def _connect(self):
+        try:
+            conn = psycopg2.connect(
+                self.dsn, connection_factory=_Conn, connect_timeout=CONNECT_TIMEOUT_S,
+                application_name="rewind",
+            )
+        except psycopg2.Error as e:
+            raise StoreError(f"cannot connect to {self.url}: {str(e).strip()}") from e
+        conn.autocommit = True
+        conn.depth = 0
+        with conn.cursor() as cur:
+            cur.execute("SET standard_conforming_strings = on")
+            cur.execute("SET client_encoding = 'UTF8'")
+            if self.read_only:
+                cur.execute("SET default_transaction_read_only = on")
+        return conn
+
+    def _make_persister(self, connection):
+        return BlobRefPostgresPersister(self, connection)
+
+    def _slot(self):
+        # The base class keeps one connection per thread and closes those of ended threads;
+        # here a connection the server closed (a restart, an idle timeout) is replaced too.
+        slot = getattr(self._local, "slot", None)
+        if slot is not None and slot["conn"].closed and not slot["conn"].depth:
+            with self._lock:
+                self._all_connections = [s for s in self._all_connections if s is not slot]
+            self._local.slot = None
+        return super()._slot()
+
+    # SQL -----------------------------------------------------------------------------------
+    def _sql(self, sql: str) -> str:
+        # psycopg2 formats with %: a literal % in shared SQL must be doubled
+        return sql.replace("%", "%%").replace("?", "%s")
+
+    def execute(self, sql: str, params: Sequence = ()):
+        params = tuple(_clean_param(p) for p in params)
+        cur = self.connection.cursor()
+        try:
+            cur.execute(self._sql(sql), params)
+        except (UnicodeEncodeError, psycopg2.DataError) as e:
+            raise _refused(e) from None
+        return cur
+
+    def executemany(self, sql: str, rows: Sequence) -> None:
+        rows = list(rows)
+        if len(rows) < 2:
+            return super().executemany(sql, rows)
+        from psycopg2.extras import execute_batch
+
+        cur = self.connection.cursor()
+        try:
+            execute_batch(cur, self._sql(sql), [tuple(_clean_param(p) for p in r) for r in rows])
+        except (UnicodeEncodeError, psycopg2.DataError) as e:
+            raise _refused(e) from None
+
+    def _differing(self, hashes: list, blobs: dict) -> list:
+        # by digest: the stored bytes are hashed where they are, only hex digests travel
+        differ: list = []
+        for chunk in chunks(hashes, 100):
+            values = ", ".join(["(?, ?)"] * len(chunk))
+            differ += [r[0] for r in self.query(
+                f"WITH v(hash, digest) AS (VALUES {values}) SELECT b.hash FROM blobs b "
+                "JOIN v ON b.hash = v.hash WHERE encode(sha256(b.data), 'hex') <> v.digest",
+                [x for h in chunk for x in (h, sha256_hex(blobs[h]))],
+            )]
+        return differ
+
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[None]:
+        conn = self.connection
+        cur = conn.cursor()
+        if conn.depth:
+            name = f"rw_sp{conn.depth}"
+            cur.execute(f"SAVEPOINT {name}")
+            conn.depth += 1
+            try:
+                yield
+            except BaseException:
+                conn.depth -= 1
+                with contextlib.suppress(psycopg2.Error):
+                    cur.execute(f"ROLLBACK TO SAVEPOINT {name}")
+                raise
+            conn.depth -= 1
+            cur.execute(f"RELEASE SAVEPOINT {name}")
+            return
+        self._refuse_write()
+        cur.execute("BEGIN")
+        conn.depth = 1
+        try:
+            yield
+        except BaseException:
+            conn.depth = 0
+            with contextlib.suppress(psycopg2.Error):
+                if not conn.closed:
+                    cur.execute("ROLLBACK")
+            raise
+        conn.depth = 0
+        cur.execute("COMMIT")
+
+    # schema --------------------------------------------------------------------------------
+    @contextlib.contextmanager
+    def schema_lock(self) -> Iterator[None]:
+        # CREATE TABLE IF NOT EXISTS is not safe against itself in PostgreSQL (two sessions can
+        # both pass the check and one fails on pg_type): one migrator per database at a time.
+        # The lock is the transaction's: it is released by COMMIT or ROLLBACK, never leaked.
+        with self.transaction():
+            self.execute("SELECT pg_advisory_xact_lock(?)", (SCHEMA_LOCK_KEY,))
+            yield
+
+    def _table_exists(self, table: str) -> bool:
+        return self.query("SELECT to_regclass(?)", (table,))[0][0] is not None
+
+    def _columns(self, table: str) -> list:
+        return [r[0] for r in self.query(
+            "SELECT column_name FROM information_schema.columns WHERE table_name = ? "
+            "AND table_schema = current_schema()", (table,))]
+
+    def lock_for_gc(self) -> None:
+        # Nothing may reference a blob between gc's scan and its delete; readers go on.
+        self.execute(f"LOCK TABLE {', '.join(GC_TABLES)} IN EXCLUSIVE MODE")
+
+    def db_size_bytes(self) -> Optional[int]:
+        try:
+            return int(self.query("SELECT pg_database_size(current_database())")[0][0])
+        except psycopg2.Error:
+            return None
+
+
+def _clean_param(p: Any) -> Any:
+    # PostgreSQL TEXT cannot hold NUL; values live in BYTEA blobs, so a NUL can only reach a
+    # text column through display text (a run summary, an error message) or a search term.
+    if isinstance(p, str) and "\x00" in p:
+        return p.replace("\x00", "\ufffd")
+    if isinstance(p, memoryview):
+        return bytes(p)
+    return p

@@ -1,0 +1,117 @@
+"""Run rows: insert, update, read, list with filters and paging, and liveness recovery.
+
+A run whose owner process is gone (see `liveness`) is marked `interrupted` with its totals
+summed from its committed steps, whenever a writable store opens; its steps stay readable.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Iterable, Optional, Sequence
+
+from .base import RunStore
+from .liveness import owner_is_gone
+from .schema import RUN_COLUMNS, RUNS, insert_sql
+from .sql import SQLBase
+
+_SELECT = f"SELECT {', '.join(RUN_COLUMNS)} FROM runs"
+
+
+class SQLRuns(SQLBase, RunStore):
+    def insert_run(self, row: dict) -> None:
+        cols = [c for c in RUN_COLUMNS if c in row]
+        self.execute(insert_sql("runs", cols), [row[c] for c in cols])
+
+    def update_run(self, run_id: str, **fields: Any) -> None:
+        unknown = set(fields) - set(RUN_COLUMNS)
+        if unknown:
+            raise ValueError(f"unknown run columns {sorted(unknown)}")
+        sets = ", ".join(f"{k} = ?" for k in fields)
+        self.execute(f"UPDATE runs SET {sets} WHERE id = ?", [*fields.values(), run_id])
+
+    def get_run_row(self, run_id: str) -> Optional[dict]:
+        rows = self.query(f"{_SELECT} WHERE id = ?", (run_id,))
+        return RUNS.row(rows[0]) if rows else None
+
+    def get_run_rows(self, run_ids: Sequence[str]) -> dict:
+        ids = list(dict.fromkeys(i for i in run_ids if i))
+        return {r[0]: RUNS.row(r) for r in self.query_in(f"{_SELECT} WHERE id IN ({{marks}})", ids)}
+
+    @staticmethod
+    def _like(text: str) -> str:
+        escaped = text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+        return f"%{escaped}%"
+
+    def _run_filters(self, pipeline=None, status=None, parent_id=None, search=None, forks_only=False):
+        where, params = [], []
+        for column, value in (("pipeline", pipeline), ("status", status), ("parent_id", parent_id)):
+            if value:
+                where.append(f"{column} = ?")
+                params.append(value)
+        if forks_only:
+            where.append("parent_id IS NOT NULL")
+        if search:
+            # LIKE stops at a NUL on SQLite (matching everything) and PostgreSQL text cannot
+            # hold one: display text stores NUL as U+FFFD, so search for that
+            like = self._like(str(search).replace("\x00", "\ufffd"))
+            where.append(
+                "(id LIKE ? ESCAPE '\\' OR summary LIKE ? ESCAPE '\\' OR pipeline LIKE ? ESCAPE '\\')"
+            )
+            params += [like, like, like]
+        return (" WHERE " + " AND ".join(where)) if where else "", params
+
+    def list_run_rows(self, limit: int = 50, offset: int = 0, **filters: Any) -> list:
+        clause, params = self._run_filters(**filters)
+        rows = self.query(f"{_SELECT}{clause} ORDER BY created_at DESC, id DESC LIMIT ? OFFSET ?",
+                          [*params, int(limit), int(offset)])
+        return [RUNS.row(r) for r in rows]
+
+    def count_runs(self, **filters: Any) -> int:
+        clause, params = self._run_filters(**filters)
+        return int(self.query(f"SELECT COUNT(*) FROM runs{clause}", params)[0][0])
+
+    def pipelines(self) -> list:
+        return [r[0] for r in self.query("SELECT DISTINCT pipeline FROM runs ORDER BY pipeline")]
+
+    def children(self, run_id: str) -> list:
+        rows = self.query(f"{_SELECT} WHERE parent_id = ? ORDER BY created_at", (run_id,))
+        return [RUNS.row(r) for r in rows]
+
+    # liveness ------------------------------------------------------------------------------
+    def recover_interrupted(self) -> list:
+        """Mark runs whose owner process is gone as `interrupted`; return their ids."""
+        now = time.time()
+        rows = self.query(
+            "SELECT id, owner_host, owner_pid, owner_started, heartbeat_at FROM runs "
+            "WHERE status = 'running'"
+        )
+        dead = [run_id for run_id, host, pid, started, beat in rows
+                if owner_is_gone(host, pid, started, beat, now)]
+        if self.read_only:
+            return dead  # reported, not written: a read-only handle shows them as they are
+        for run_id in dead:
+            with self.transaction():
+                totals = self.query(
+                    "SELECT COUNT(*), COALESCE(SUM(tokens), 0), COALESCE(SUM(tokens_saved), 0), "
+                    "COALESCE(SUM(latency_ms), 0) FROM nodes WHERE run_id = ?",
+                    (run_id,),
+                )[0]
+                self.execute(
+                    "UPDATE runs SET status = 'interrupted', step_count = ?, total_tokens = ?, "
+                    "tokens_saved = ?, latency_ms = ?, finished_at = COALESCE(heartbeat_at, created_at), "
+                    "error = COALESCE(error, 'the process running it died') "
+                    "WHERE id = ? AND status = 'running'",
+                    (int(totals[0]), int(totals[1]), int(totals[2]), float(totals[3]), run_id),
+                )
+        return dead
+
+    # maintenance ---------------------------------------------------------------------------
+    def run_ages(self) -> Iterable[tuple]:
+        """(id, created_at, status, parent_id) of every run, in pages."""
+        return self.scan("SELECT id, created_at, status, parent_id FROM runs")
+
+    def delete_runs(self, run_ids: Iterable[str]) -> None:
+        """Delete runs and their step rows (their saved states and blobs are gc's to judge)."""
+        ids = sorted(run_ids)
+        self.execute_in("DELETE FROM nodes WHERE run_id IN ({marks})", ids)
+        self.execute_in("DELETE FROM runs WHERE id IN ({marks})", ids)

@@ -1,0 +1,182 @@
+"""The SQL core every backend shares: one connection per thread, statements, transactions.
+
+Statements are written with `?` placeholders and portable SQL; a backend supplies its
+connection (`_connect`), its placeholder translation (`_sql`), its transaction
+(`transaction`), its schema lock (`schema_lock`) and its catalog queries (`_table_exists`,
+`_columns`). The concept modules (blobs, runs, steps, graphs, cache, burr_state) hold the
+statements of their tables on top of this class.
+"""
+
+from __future__ import annotations
+
+import abc
+import contextlib
+import os
+import threading
+from typing import Any, Iterable, Iterator, Sequence
+
+from ..errors import InvalidRequest, StoreError
+
+CHUNK = 500  # ids per IN (...) list
+
+
+def invalid_unicode(e: UnicodeEncodeError) -> InvalidRequest:
+    return InvalidRequest(
+        f"a value is not valid Unicode text ({e.reason} at position {e.start}); "
+        "lone surrogates cannot be stored or searched for"
+    )
+
+
+def chunks(items: Sequence, n: int = CHUNK) -> Iterable[list]:
+    items = list(items)
+    for i in range(0, len(items), n):
+        yield items[i : i + n]
+
+
+def marks(n: int) -> str:
+    return ",".join("?" * n)
+
+
+class SQLBase(abc.ABC):
+    """Connections, statements and transactions; no table knowledge."""
+
+    placeholder = "?"
+    types = {"float": "REAL", "bigint": "INTEGER", "blob": "BLOB"}
+    read_only = False
+    read_only_reason = ""
+
+    def _init_connections(self) -> None:
+        self._local = threading.local()
+        self._all_connections: list = []
+        self._lock = threading.Lock()
+
+    # connections ---------------------------------------------------------------------------
+    @abc.abstractmethod
+    def _connect(self): ...
+
+    @abc.abstractmethod
+    def _make_persister(self, connection): ...
+
+    def _slot(self):
+        slot = getattr(self._local, "slot", None)
+        if slot is None or slot.get("pid") != os.getpid():
+            connection = self._connect()
+            slot = {"pid": os.getpid(), "conn": connection, "persister": None,
+                    "thread": threading.current_thread()}
+            self._local.slot = slot
+            with self._lock:
+                # A server that runs each request on a new thread (Streamlit: one per rerun)
+                # would otherwise keep one open connection per finished thread.
+                dead = [s for s in self._all_connections
+                        if s.get("pid") == os.getpid() and not s["thread"].is_alive()]
+                self._all_connections = [s for s in self._all_connections if s not in dead]
+                self._all_connections.append(slot)
+            for s in dead:
+                s["persister"] = None
+                with contextlib.suppress(Exception):
+                    s["conn"].close()
+        return slot
+
+    @property
+    def connection(self):
+        return self._slot()["conn"]
+
+    def persister(self):
+        """This thread's Burr persister; it lives as long as its connection (Burr closes the
+        connection in the persister's `__del__`)."""
+        slot = self._slot()
+        if slot["persister"] is None:
+            slot["persister"] = self._make_persister(slot["conn"])
+            # the schema (Burr's table included) is current once the store is open
+            slot["persister"]._initialized = True
+        return slot["persister"]
+
+    def close(self) -> None:
+        """Close this process's connections. A connection inherited across fork() belongs to
+        the parent: closing it here would end the parent's session (PostgreSQL's Terminate)."""
+        pid = os.getpid()
+        with self._lock:
+            mine = [s for s in self._all_connections if s.get("pid") == pid]
+            self._all_connections = [s for s in self._all_connections if s.get("pid") != pid]
+        for slot in mine:
+            slot["persister"] = None
+            with contextlib.suppress(Exception):
+                slot["conn"].close()
+        self._local = threading.local()
+
+    # statements ----------------------------------------------------------------------------
+    def _sql(self, sql: str) -> str:
+        return sql
+
+    def execute(self, sql: str, params: Sequence = ()):
+        cur = self.connection.cursor()
+        try:
+            cur.execute(self._sql(sql), tuple(params))
+        except UnicodeEncodeError as e:
+            raise invalid_unicode(e) from None
+        return cur
+
+    def executemany(self, sql: str, rows: Sequence) -> None:
+        """One statement over many parameter rows (backends may batch it)."""
+        for params in rows:
+            self.execute(sql, params)
+
+    def query(self, sql: str, params: Sequence = ()) -> list:
+        cur = self.execute(sql, params)
+        rows = cur.fetchall()
+        self._end_read()
+        return rows
+
+    def scan(self, sql: str, params: Sequence = (), size: int = 1000) -> Iterator[tuple]:
+        """Rows of a large result in pages (gc reads whole tables this way)."""
+        cur = self.execute(sql, params)
+        while True:
+            rows = cur.fetchmany(size)
+            if not rows:
+                break
+            yield from rows
+        self._end_read()
+
+    def query_in(self, sql: str, ids: Iterable, params_before: Sequence = ()) -> list:
+        """`sql` with one `{marks}` IN-list, run over `ids` in chunks; the rows of all chunks."""
+        out: list = []
+        for chunk in chunks(list(ids)):
+            out.extend(self.query(sql.format(marks=marks(len(chunk))), [*params_before, *chunk]))
+        return out
+
+    def execute_in(self, sql: str, ids: Iterable, params_before: Sequence = ()) -> None:
+        for chunk in chunks(list(ids)):
+            self.execute(sql.format(marks=marks(len(chunk))), [*params_before, *chunk])
+
+    def _end_read(self) -> None:
+        """Backends whose reads open a transaction end it here."""
+
+    @abc.abstractmethod
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[Any]: ...
+
+    def _refuse_write(self) -> None:
+        if self.read_only:
+            raise StoreError(
+                f"{self.url} is open read-only ({self.read_only_reason or 'as asked'}): "
+                "nothing can be written; open it from a process that may write the file"
+            )
+
+    # schema support ------------------------------------------------------------------------
+    @abc.abstractmethod
+    @contextlib.contextmanager
+    def schema_lock(self) -> Iterator[None]:
+        """A transaction that holds the database's schema lock: one migrator at a time."""
+
+    @abc.abstractmethod
+    def _table_exists(self, table: str) -> bool: ...
+
+    @abc.abstractmethod
+    def _columns(self, table: str) -> list: ...
+
+    def lock_for_gc(self) -> None:
+        """Inside a transaction: keep writers from adding references until it commits (a
+        backend whose transactions already hold the only write lock needs nothing more)."""
+
+    def db_size_bytes(self):
+        return None
