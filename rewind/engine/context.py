@@ -290,17 +290,5 @@ class ExecutionContext:
         self._specs[key] = got
         return got
 
-    def earlier_visit(self, node: str, field_hashes: dict) -> Optional[Step]:
-        """The latest recorded step of `node` whose inputs, all but its code, equal these:
-        what a fresh run's miss is explained against ("`prompts.SYSTEM` changed")."""
-        finder = getattr(self.store, "latest_step_like", None)
-        if finder is None:
-            return None
-        try:
-            return finder(node, {k: v for k, v in field_hashes.items() if k != "code"})
-        except Exception:  # an explanation must never fail a step
-            logger.debug("earlier visit lookup failed", exc_info=True)
-            return None
-
     def parent_step(self, node: str, occurrence: int) -> Optional[Step]:
         return self.parent_steps.get((node, occurrence))

@@ -215,8 +215,12 @@ class NextVisit:
     occurrence: int
     state: dict
 
-    def __getitem__(self, key: str):  # the mapping spelling callers of 0.1 used
+    # the mapping spelling callers of the first API used (nxt["node"], nxt.get("state"))
+    def __getitem__(self, key: str):
         return getattr(self, key)
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return getattr(self, key, default)
 
 
 def next_visit(store: Any, pipeline: Any, row: dict) -> Optional[NextVisit]:

@@ -29,24 +29,30 @@ from .node import apply_outputs, execute_node
 logger = logging.getLogger("rewind")
 
 
-# A cache entry's `outputs` column maps written fields to blob addresses (null: the step
-# removed the field), plus under this key what a hit needs beside the values: the fields'
-# key hashes (so downstream keys need no re-hashing) and the files the step read.
-ENTRY_META = "__rewind__"
+def refs_json(refs: dict) -> str:
+    return json.dumps(refs, sort_keys=True, separators=(",", ":"))
 
 
-def entry_json(refs: dict, hashes: dict, files: dict) -> str:
-    meta = {"hashes": hashes}
-    if files:
-        meta["files"] = files
-    return json.dumps({**refs, ENTRY_META: meta}, sort_keys=True, separators=(",", ":"))
+def entry_meta(entry: dict) -> dict:
+    """What a cache entry keeps beside its values (see store.schema: cache.meta)."""
+    raw = entry.get("meta")
+    try:
+        return json.loads(raw) if raw else {}
+    except (TypeError, ValueError):
+        return {}
 
 
-def entry_outputs(text: str) -> tuple:
-    """(refs, meta) of a cache entry's `outputs` column."""
-    data = json.loads(text)
-    meta = data.pop(ENTRY_META, None) or {}
-    return data, meta
+class EarlierVisit:
+    """The last recorded visit with the same inputs but other code, from its cache entry."""
+
+    def __init__(self, meta: dict):
+        self.field_hashes = dict(meta.get("fields") or {})
+        self.units = dict(meta.get("units") or {})
+
+
+def shape_hash(spec: NodeSpec, record: StepRecord) -> str:
+    """The visit's key without its code: equal for the same inputs under edited code."""
+    return spec.input_hash({k: v for k, v in record.field_hashes.items() if k != "code"})
 
 
 class ReplayAction(SingleStepAction):
@@ -152,7 +158,7 @@ class ReplayAction(SingleStepAction):
         return outputs
 
     def _serve(self, ctx: ExecutionContext, record: StepRecord, entry: dict) -> Optional[dict]:
-        refs, meta = entry_outputs(entry["outputs"])
+        refs, meta = json.loads(entry["outputs"]), entry_meta(entry)
         changed = filewatch.changed(meta.get("files") or {})
         if changed:  # a file the node read differs now: a miss, named
             record.files_changed = changed
@@ -188,7 +194,7 @@ class ReplayAction(SingleStepAction):
         record.reason = miss_reason(
             spec.node, policy, record.field_hashes, ctx.parent_step(spec.node, record.occurrence),
             entry, expired, ctx.use_cache, ctx.allow_side_effects, bool(ctx.parent_id),
-            spec.units, ctx.earlier_visit(spec.node, record.field_hashes),
+            spec.units, self._earlier(ctx, spec, record),
         )
         if record.files_changed:
             record.reason = (f"{spec.node} ran again because file "
@@ -214,6 +220,17 @@ class ReplayAction(SingleStepAction):
         # one-time set-up (the tokenizer, the client) is the process's cost, not the node's
         record.latency_ms = max((time.perf_counter() - started) * 1000 - meter.init_ms, 0.0)
         return done.result, apply_outputs(state, done.outputs, spec.writes, done.deleted)
+
+    @staticmethod
+    def _earlier(ctx: ExecutionContext, spec: NodeSpec, record: StepRecord) -> Optional[EarlierVisit]:
+        if ctx.parent_step(spec.node, record.occurrence) is not None:
+            return None  # a fork names what changed against its parent's step
+        try:
+            entry = ctx.store.latest_cache_entry_like(spec.node, shape_hash(spec, record))
+        except Exception:  # an explanation must never fail a step
+            logger.debug("earlier visit lookup failed", exc_info=True)
+            return None
+        return EarlierVisit(entry_meta(entry)) if entry is not None else None
 
     @staticmethod
     def _metered(record: StepRecord, meter: StepMeter) -> None:
@@ -254,7 +271,11 @@ class ReplayAction(SingleStepAction):
                               f"(run {entry['source_run']})")
         record.cache_row = {
             "node": spec.node, "input_hash": record.input_hash, "output_hash": record.output_hash,
-            "outputs": entry_json(record.outputs, record.output_field_hashes, record.files),
+            "outputs": refs_json(record.outputs),
+            "meta": json.dumps({"hashes": record.output_field_hashes, "files": record.files,
+                                "fields": record.field_hashes, "units": record.units},
+                               sort_keys=True, separators=(",", ":")),
+            "shape_hash": shape_hash(spec, record),
             "prompt_tokens": record.prompt_tokens,
             "completion_tokens": record.completion_tokens,
             "tokens": record.prompt_tokens + record.completion_tokens,

@@ -84,7 +84,7 @@ def execute(ctx: ExecutionContext, app: Any, heartbeat: Heartbeat, started: floa
     store = ctx.store
     if isinstance(app, ApplicationBuilder):
         app = app.build()
-    store.live_contexts[ctx.run_id] = ctx
+    store.attach_context(ctx.run_id, ctx)
     heartbeat.add(ctx.run_id)
     status, error = RunStatus.COMPLETED, None
     token = CURRENT.set(ctx)
@@ -100,7 +100,7 @@ def execute(ctx: ExecutionContext, app: Any, heartbeat: Heartbeat, started: floa
     finally:
         CURRENT.reset(token)
         heartbeat.remove(ctx.run_id)
-        store.live_contexts.pop(ctx.run_id, None)
+        store.detach_context(ctx.run_id)
         fields = finish_fields(ctx, status, error, started)
         if ctx.pending_run is not None:  # a fork not yet written: its row, final at once
             ctx.pending_run.update(fields)
@@ -154,11 +154,11 @@ def save_start_state(ctx: ExecutionContext, app_id: str, sequence_id: int, next_
     """Queue the state before `next_node` ran, as Burr's "failed" status, so that Burr's fork
     resumes *at* that node (a completed row resumes at the node after it)."""
     store = ctx.store
-    store.live_contexts[app_id] = ctx
+    store.attach_context(app_id, ctx)
     try:
         store.persister().save(PARTITION_KEY, app_id, sequence_id, next_node, State(state), "failed")
     finally:
-        store.live_contexts.pop(app_id, None)
+        store.detach_context(app_id)
 
 
 def check_state(state: dict) -> None:

@@ -94,7 +94,8 @@ def refs(value: Any) -> str:
     if not isinstance(data, dict):
         fail("must be a JSON object of {field: blob hash}")
     for k, h in data.items():
-        sha256(h, f"[{k!r}]")
+        if h is not None:  # null: the step removed the field
+            sha256(h, f"[{k!r}]")
     return value
 
 

@@ -72,7 +72,7 @@ class _Values:
 def _refusal(rw, entry: dict, steps: list, runs: dict, values: _Values) -> Optional[str]:
     """Why `entry` cannot be trusted (None: its key and outputs verify here)."""
     from ..action import policy_of
-    from ..audit import bind_params, input_hash_for, output_hash_of
+    from ..analysis.audit import output_hash_of, recomputed_input_hash, sample_spec
 
     refs = parse_refs(entry["outputs"])
     candidates = [s for s in steps if s["node"] == entry["node"] and s["status"] in _PRODUCING
@@ -91,8 +91,8 @@ def _refusal(rw, entry: dict, steps: list, runs: dict, values: _Values) -> Optio
     if not policy.cacheable:
         return "the node is a side effect, never cached"
     try:
-        _, params = bind_params(inner, step["params"])
-        key, _ = input_hash_for(entry["node"], inner, values(step["inputs"]), params)
+        key, _ = recomputed_input_hash(sample_spec(entry["node"], inner, step["params"]),
+                                       values(step["inputs"]))
         if key != entry["input_hash"]:
             return "its key is not the one this database computes for the recorded inputs"
         if output_hash_of(values(refs), policy, entry["node"]) != entry["output_hash"]:

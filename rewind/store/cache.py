@@ -40,6 +40,12 @@ class SQLCache(SQLBase, CacheStore):
                 out[(entry["node"], entry["input_hash"])] = entry
         return out
 
+    def latest_cache_entry_like(self, node: str, shape_hash: str) -> Optional[dict]:
+        """The newest entry of `node` whose key, all but the code, is `shape_hash`."""
+        rows = self.query(f"{_SELECT} WHERE node = ? AND shape_hash = ? ORDER BY cached_at DESC "
+                          "LIMIT 1", (node, shape_hash))
+        return CACHE.row(rows[0]) if rows else None
+
     def cache_put(self, row: dict, keep_existing: bool = False) -> None:
         """Insert a cache entry; replace an existing one unless `keep_existing` (a
         deterministic entry keeps its first output)."""

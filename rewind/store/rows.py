@@ -87,6 +87,9 @@ def make_doc(doc: dict) -> tuple:
     return sha256_hex(data), data
 
 
+# A refs map ({field: blob hash}) may say a step removed a field: a null hash.
+
+
 def parse_refs(text: Any) -> dict:
     """{field: blob hash} from a refs column (JSON text, bytes or an already-parsed dict)."""
     if not text:

@@ -142,9 +142,14 @@ CACHE = Table(
         C("latency_ms", FLOAT, default=0, kind="number"),
         C("cached_at", FLOAT, required=True, kind="number"),
         C("hits", BIGINT, default=0, kind="int"), C("determinism"), C("source_run", kind="ident"),
+        # what a hit needs beside the values (key hashes of the outputs, files read) and what
+        # a later miss is explained against (the visit's field hashes and code units)
+        C("meta", kind="json", since=3),
+        # the visit's key without its code: finds the last visit with these same inputs
+        C("shape_hash", kind="hash", since=3),
     ),
     primary_key=("node", "input_hash"),
-    indexes=(("cache_cached_at", ("cached_at",)),),
+    indexes=(("cache_cached_at", ("cached_at",)), ("cache_shape", ("node", "shape_hash"))),
 )
 TOOL_CACHE = Table(
     "tool_cache",
