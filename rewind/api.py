@@ -32,7 +32,16 @@ def register_pipeline(pipeline: Pipeline) -> Pipeline:
 class Rewind:
     """A handle on one store: run, fork, resume, diff and audit pipelines."""
 
-    def __init__(self, url: Any = None, pipelines: Optional[list] = None):
+    def __init__(self, url: Any = None, pipelines: Optional[list] = None, *,
+                 owner: Optional[str] = None, admin: bool = False):
+        """`owner` (a signed-in user's email): runs are recorded as theirs and other owners'
+        runs are not found; with none, single-user mode (every run visible). `admin=True`
+        sees every owner's runs and may purge the cache and run gc."""
+        if owner is not None and (not isinstance(owner, str) or not owner.strip()):
+            raise InvalidRequest(f"owner must be a non-empty string (an email), not {owner!r}",
+                                 field="owner")
+        self.owner = owner.strip() if owner is not None else None
+        self.admin = bool(admin)
         self.store: SQLStore = open_store(url)
         self.url = self.store.url
         self._pipelines: dict = {}
@@ -127,37 +136,40 @@ class Rewind:
             raise InvalidRequest("limit and offset must be non-negative integers")
         rows = self.store.list_run_rows(
             limit=min(int(limit), 10_000), offset=int(offset), pipeline=pipeline, status=status,
-            parent_id=parent_id, search=search, forks_only=forks_only,
+            parent_id=parent_id, search=search, forks_only=forks_only, owner=self._owner_filter,
         )
         return [Run.from_row(r) for r in rows]
 
     def stored_pipelines(self) -> list:
         """Names of the pipelines that have runs in this store (registered or not)."""
-        return self.store.pipelines()
+        return self.store.pipelines(owner=self._owner_filter)
 
     def count_runs(self, **filters: Any) -> int:
-        return self.store.count_runs(**filters)
+        return self.store.count_runs(**filters, owner=self._owner_filter)
 
     def lineage(self, run_id: str) -> dict:
         """Ancestors (oldest first) and direct children of a run; purged parents are named."""
-        run = self.store.get_run_row(run_id)
-        if run is None:
-            raise NotFound(f"no run {run_id!r} in {self.url}")
+        run = self._run_row(run_id)
         ancestors, seen = [], {run_id}
         parent = run["parent_id"]
         while parent and parent not in seen:
             seen.add(parent)
             row = self.store.get_run_row(parent)
+            if row is not None and not self._may_see(row):
+                row = None
             ancestors.insert(0, {"id": parent, "missing": row is None, "row": row})
             if row is None:
                 break
             parent = row["parent_id"]
-        return {"ancestors": ancestors, "children": self.store.children(run_id)}
+        return {"ancestors": ancestors,
+                "children": self.store.children(run_id, owner=self._owner_filter)}
 
     def state_at(self, step: Step) -> Optional[dict]:
         """The whole state Burr saved after a step."""
         if step.sequence_id is None or step.state_app_id is None:
             return None
+        if step.run_id is not None:
+            self._run_row(step.run_id)
         return self.store.state_snapshot(step.state_app_id, step.sequence_id)
 
     def graph(self, run: Run) -> tuple:
@@ -181,7 +193,7 @@ class Rewind:
         `failed`."""
         return start_run(self.store, self._heartbeat, self.pipeline(pipeline), dict(state or {}),
                          inputs=inputs, halt_before=halt_before, halt_after=halt_after,
-                         use_cache=use_cache, on_step=on_step)
+                         use_cache=use_cache, on_step=on_step, owner=self.owner)
 
     def fork(self, run_id: str, at: str, edit: Optional[dict] = None,
              params: Optional[dict] = None, allow_side_effects: bool = False,
@@ -195,7 +207,7 @@ class Rewind:
         return fork_run(self.store, self._heartbeat, self.pipeline(parent_row["pipeline"]),
                         parent_row, at, edit=edit, params=params, inputs=inputs,
                         allow_side_effects=allow_side_effects, occurrence=occurrence,
-                        use_cache=use_cache, on_step=on_step)
+                        use_cache=use_cache, on_step=on_step, owner=self.owner)
 
     def plan_fork(self, run_id: str, at: str, edit: Optional[dict] = None,
                   params: Optional[dict] = None, occurrence: int = 1, *,
@@ -227,9 +239,22 @@ class Rewind:
 
     def _run_row(self, run_id: str) -> dict:
         row = self.store.get_run_row(str(run_id))
-        if row is None:
+        if row is None or not self._may_see(row):
+            # another owner's run reads exactly like a missing one
             raise NotFound(f"no run {run_id!r} in {self.url}", run_id=str(run_id))
         return row
+
+    def _may_see(self, row: dict) -> bool:
+        return self.owner is None or self.admin or row.get("owner") == self.owner
+
+    @property
+    def _owner_filter(self) -> Optional[str]:
+        """The owner every listing is narrowed to (None: all runs)."""
+        return None if self.admin else self.owner
+
+    def _require_admin(self, what: str) -> None:
+        if self.owner is not None and not self.admin:
+            raise InvalidRequest(f"only an admin may {what} (REWIND_ADMINS); {self.owner} is not one")
 
     # comparing -----------------------------------------------------------------------------
     def diff(self, a: str, b: str, noise_samples: int = 0,
@@ -258,28 +283,36 @@ class Rewind:
         return self.store.cache_stats()
 
     def purge_cache(self, older_than_days: float, dry_run: bool = False) -> int:
+        self._require_admin("purge the cache")
         if older_than_days is None or float(older_than_days) < 0:
             raise InvalidRequest("older_than_days must be >= 0")
         return self.store.purge_cache(float(older_than_days) * 86400, dry_run=dry_run)
 
     def alarms(self, node: Optional[str] = None) -> list:
-        return self.store.alarms(node)
+        alarms = self.store.alarms(node)
+        if self._owner_filter is None:
+            return alarms
+        rows = self.store.get_run_rows([a["run_id"] for a in alarms if a.get("run_id")])
+        return [a for a in alarms if a.get("run_id") in rows and self._may_see(rows[a["run_id"]])]
 
     def gc(self, older_than_days: float, dry_run: bool = False) -> dict:
         """Purge old cache entries and old runs by policy, then orphaned blobs; lineage of
         surviving runs keeps rendering. Returns counts of what was (or would be) removed."""
         from .maintenance import gc
 
+        self._require_admin("run gc")
         return gc(self, older_than_days, dry_run=dry_run)
 
     def export_run(self, run_id: str) -> dict:
         """A self-contained JSON document of a run with its lineage, for `import_run`."""
         from .maintenance import export_run
 
+        self._run_row(run_id)
         return export_run(self, run_id)
 
     def import_run(self, document: dict) -> list:
         """Load a document from `export_run` (any backend); returns the run ids imported."""
         from .maintenance import import_run
 
+        self._require_admin("import runs")
         return import_run(self, document)

@@ -18,7 +18,7 @@ from typing import Any, Callable, Optional
 
 from .. import serde
 from ..action import runtime_input_names
-from ..hashing import canonical_parts, is_internal_key, sha256_hex
+from ..hashing import canonical_parts, combine, is_internal_key, sha256_hex
 from ..models import Step, StepStatus, normalize_overrides, overrides_at
 from .keys import NodeSpec, node_spec
 
@@ -68,6 +68,12 @@ class StepRecord:
         self.outputs, self.output_hash, self.cache_row = {}, None, None
 
 
+def cache_key(owner: Optional[str], input_hash: Optional[str]) -> Optional[str]:
+    if owner is None or input_hash is None:
+        return input_hash
+    return combine({"owner": owner, "input_hash": input_hash})
+
+
 class ExecutionContext:
     """Everything one run, fork or resume needs while Burr drives it."""
 
@@ -85,8 +91,10 @@ class ExecutionContext:
         prior_steps: Optional[list] = None,
         on_step: Optional[Callable[[Step], None]] = None,
         inputs: Optional[dict] = None,
+        owner: Optional[str] = None,
     ):
         self.store = store
+        self.owner = owner
         self.run_id = run_id
         self.pipeline = pipeline
         self.use_cache = use_cache
@@ -289,6 +297,11 @@ class ExecutionContext:
             got = node_spec(node, inner, overrides, defaults)
         self._specs[key] = got
         return got
+
+    def cache_key(self, input_hash: Optional[str]) -> Optional[str]:
+        """Where a visit's cache entry lives: its input hash, in the owner's own namespace when
+        runs have owners (a hit never tells one user what another computed, nor that they did)."""
+        return cache_key(self.owner, input_hash)
 
     def parent_step(self, node: str, occurrence: int) -> Optional[Step]:
         return self.parent_steps.get((node, occurrence))

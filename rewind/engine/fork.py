@@ -104,7 +104,7 @@ def fork_run(store: Any, heartbeat: Heartbeat, pipeline: Any, parent_row: dict, 
              edit: Optional[dict] = None, params: Optional[dict] = None,
              inputs: Optional[dict] = None, allow_side_effects: bool = False,
              occurrence: int = 1, use_cache: bool = True,
-             on_step: Optional[Callable] = None) -> Run:
+             on_step: Optional[Callable] = None, owner: Optional[str] = None) -> Run:
     """Fork `parent_row`'s run at the `occurrence`-th visit of `at`; bad requests raise
     `RewindError` and write nothing."""
     edit, params = dict(edit or {}), dict(params or {})
@@ -135,7 +135,7 @@ def fork_run(store: Any, heartbeat: Heartbeat, pipeline: Any, parent_row: dict, 
         store, fork_id, pipeline, use_cache=use_cache,
         dry_run_side_effects=not allow_side_effects, allow_side_effects=allow_side_effects,
         param_overrides=overrides, parent_steps={(s.node, s.occurrence): s for s in steps},
-        parent_id=run_id, prior_steps=[], on_step=on_step,
+        parent_id=run_id, prior_steps=[], on_step=on_step, owner=owner,
     )
     ctx.replay_edits = lineage_edits(store, parent_row, done)
     ctx.replay_inputs = recorded_inputs(steps)
@@ -143,7 +143,8 @@ def fork_run(store: Any, heartbeat: Heartbeat, pipeline: Any, parent_row: dict, 
         ctx.replay_inputs[(at, occurrence)] = {**ctx.replay_inputs.get((at, occurrence), {}), **inputs}
     if use_cache:
         ctx.cache_prefetch = store.cache_get_many(
-            [(s.node, s.input_hash) for s in steps[index:] if s.status != StepStatus.FAILED])
+            [(s.node, ctx.cache_key(s.input_hash)) for s in steps[index:]
+             if s.status != StepStatus.FAILED])
     persister = ThreadRoutedPersister(store)
     builder = base_builder(ctx, fork_id).initialize_from(
         persister, resume_at_next_action=True, default_state={},
@@ -190,7 +191,7 @@ def fork_run(store: Any, heartbeat: Heartbeat, pipeline: Any, parent_row: dict, 
         "edit_json": serde.encode(edit, "edit").decode("utf-8") if edit else None,
         "params_json": json.dumps(overrides, sort_keys=True, default=repr) if overrides else None,
         "allow_side_effects": int(bool(allow_side_effects)), "use_cache": int(bool(use_cache)),
-        "start_seq": source_seq, "fork_index": index, **owner_fields(),
+        "start_seq": source_seq, "fork_index": index, "owner": owner, **owner_fields(),
     }
     # The fork's rows are written with its first commit: before the first step that executes,
     # or at the end when every step is served from the cache.

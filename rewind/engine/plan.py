@@ -19,6 +19,7 @@ from ..action import SIDE_EFFECT
 from ..costs import price_table, step_cost, step_dollars
 from ..errors import NotFound
 from ..models import RunStatus, StepStatus, normalize_overrides, overrides_at
+from .context import cache_key
 from .fork import _check_request, load_steps
 from ..hashing import code_fingerprint
 from .keys import changed_fields, code_of, is_expired, node_spec, recorded_overrides
@@ -99,7 +100,8 @@ def plan_fork(store: Any, pipeline: Any, parent_row: dict, at: str, *, edit: Opt
         action = pipeline.action(s.node)
         spec = node_spec(s.node, action, {**recorded_overrides(action, s.params),
                                           **overrides_at(overrides, s.node, s.occurrence)})
-        verdict, reason = _verdict(store, spec, s, i == index, edit, inputs, changed, allow_side_effects)
+        verdict, reason = _verdict(store, spec, s, i == index, edit, inputs, changed,
+                                   allow_side_effects, parent_row.get("owner"))
         row = PlanRow(s.node, s.occurrence, verdict, reason)
         if verdict in (RERUN, MAY_RERUN):
             changed.update(spec.writes)
@@ -121,7 +123,8 @@ def plan_fork(store: Any, pipeline: Any, parent_row: dict, at: str, *, edit: Opt
 
 
 def _verdict(store: Any, spec: Any, step: Any, is_fork_node: bool, edit: dict,
-             inputs: Optional[dict], changed: set, allow_side_effects: bool) -> tuple:
+             inputs: Optional[dict], changed: set, allow_side_effects: bool,
+             owner: Optional[str]) -> tuple:
     if spec.policy.determinism == SIDE_EFFECT and not allow_side_effects:
         return DRY_RUN, "side effect: not performed on a fork (allow_side_effects=True performs it)"
     code_now = code_fingerprint(code_of(spec.inner), spec.policy.version)
@@ -147,7 +150,7 @@ def _verdict(store: Any, spec: Any, step: Any, is_fork_node: bool, edit: dict,
     if step.status == StepStatus.FAILED:
         return RERUN, "it failed in the parent (failures are never cached)"
     if spec.policy.cacheable and step.input_hash:
-        entry = store.cache_get(step.node, step.input_hash)
+        entry = store.cache_get(step.node, cache_key(owner, step.input_hash))
         if entry is None:
             return RERUN, "no cache entry for its inputs (purged or never stored)"
         if is_expired(spec.policy, entry):

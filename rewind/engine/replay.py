@@ -107,9 +107,10 @@ class ReplayAction(SingleStepAction):
         if spec.policy.determinism == SIDE_EFFECT and ctx.dry_run_side_effects:
             outputs = self._dry_run(ctx, spec, record)
         elif spec.policy.cacheable:
-            entry = ctx.cache_prefetch.pop((node, record.input_hash), None)
+            key = ctx.cache_key(record.input_hash)
+            entry = ctx.cache_prefetch.pop((node, key), None)
             if entry is None:
-                entry = ctx.store.cache_get(node, record.input_hash)
+                entry = ctx.store.cache_get(node, key)
             if entry is not None and ctx.use_cache:
                 expired = is_expired(spec.policy, entry)
                 if not expired:
@@ -175,7 +176,7 @@ class ReplayAction(SingleStepAction):
         record.source_run = entry["source_run"]
         record.reason = (f"cache hit: same inputs as run {entry['source_run']}"
                          if entry["source_run"] else "cache hit")
-        ctx.pending_hits.append((record.node, record.input_hash))
+        ctx.pending_hits.append((record.node, ctx.cache_key(record.input_hash)))
         ctx.loaded(refs)
         ctx.state_hashes.update({k: h for k, h in (meta.get("hashes") or {}).items() if k in refs})
         record.outputs = refs
@@ -226,7 +227,7 @@ class ReplayAction(SingleStepAction):
         if ctx.parent_step(spec.node, record.occurrence) is not None:
             return None  # a fork names what changed against its parent's step
         try:
-            entry = ctx.store.latest_cache_entry_like(spec.node, shape_hash(spec, record))
+            entry = ctx.store.latest_cache_entry_like(spec.node, ctx.cache_key(shape_hash(spec, record)))
         except Exception:  # an explanation must never fail a step
             logger.debug("earlier visit lookup failed", exc_info=True)
             return None
@@ -270,12 +271,13 @@ class ReplayAction(SingleStepAction):
             record.reason += ("; nondeterministic: these inputs gave a different output before "
                               f"(run {entry['source_run']})")
         record.cache_row = {
-            "node": spec.node, "input_hash": record.input_hash, "output_hash": record.output_hash,
+            "node": spec.node, "input_hash": ctx.cache_key(record.input_hash),
+            "output_hash": record.output_hash,
             "outputs": refs_json(record.outputs),
             "meta": json.dumps({"hashes": record.output_field_hashes, "files": record.files,
                                 "fields": record.field_hashes, "units": record.units},
                                sort_keys=True, separators=(",", ":")),
-            "shape_hash": shape_hash(spec, record),
+            "shape_hash": ctx.cache_key(shape_hash(spec, record)),
             "prompt_tokens": record.prompt_tokens,
             "completion_tokens": record.completion_tokens,
             "tokens": record.prompt_tokens + record.completion_tokens,

@@ -51,7 +51,7 @@ def resume_run(store: Any, heartbeat: Heartbeat, pipeline: Any, row: dict, *,
         allow_side_effects=bool(row["allow_side_effects"]),
         param_overrides=json.loads(row["params_json"]) if row["params_json"] else {},
         parent_steps=parent_steps, parent_id=row["parent_id"], prior_steps=keep,
-        on_step=on_step, inputs=inputs,
+        on_step=on_step, inputs=inputs, owner=row.get("owner"),
     )
     if inputs is None:
         # no new inputs: a retried step runs with the inputs it was first given

@@ -176,7 +176,7 @@ def check_state(state: dict) -> None:
 def start_run(store: Any, heartbeat: Heartbeat, pipeline: Any, state: dict, *,
               inputs: Optional[dict] = None, halt_before: Optional[list] = None,
               halt_after: Optional[list] = None, use_cache: bool = True,
-              on_step: Optional[Callable] = None) -> Run:
+              on_step: Optional[Callable] = None, owner: Optional[str] = None) -> Run:
     """Record a first run of `pipeline` from its entrypoint on `state`."""
     check_state(state)
     if inputs is not None and not isinstance(inputs, dict):
@@ -185,7 +185,7 @@ def start_run(store: Any, heartbeat: Heartbeat, pipeline: Any, state: dict, *,
     halts = Halts.of(pipeline.graph, halt_before, halt_after)
     run_id = new_run_id()
     ctx = ExecutionContext(store, run_id, pipeline, use_cache=use_cache, on_step=on_step,
-                           inputs=inputs)
+                           inputs=inputs, owner=owner)
     ctx.absorb(state)  # raises UnhashableValue naming the field, before anything is written
     for k, v in (inputs or {}).items():
         param_hash(v, f"inputs.{k}")  # an input that can never be keyed is refused now
@@ -195,7 +195,8 @@ def start_run(store: Any, heartbeat: Heartbeat, pipeline: Any, state: dict, *,
         "id": run_id, "pipeline": pipeline.name, "status": str(RunStatus.RUNNING),
         "graph_id": pipeline.graph_id, "entrypoint": pipeline.entrypoint,
         "created_at": time.time(), "summary": summarize_state(state),
-        "use_cache": int(bool(use_cache)), "start_seq": -1, "fork_index": 0, **owner_fields(),
+        "use_cache": int(bool(use_cache)), "start_seq": -1, "fork_index": 0, "owner": owner,
+        **owner_fields(),
     }
     save_start_state(ctx, run_id, -1, pipeline.entrypoint, state)
     ctx.commit(lambda s: s.insert_run(row))

@@ -4,7 +4,8 @@
     2  nodes.doc: a step row's content-addressed doc (databases of version 1 may have it
        already: it was once added on every open)
     3  cache.meta and cache.shape_hash (+ index): what a hit needs beside the values, and the
-       last visit with the same inputs, to name what changed in a fresh run's miss
+       last visit with the same inputs, to name what changed in a fresh run's miss;
+       runs.owner (+ index): whose run it is
 
 Opening a database whose version is current reads one row and runs no DDL, takes no lock.
 Otherwise the opener takes the schema lock (`pg_advisory_xact_lock` on PostgreSQL, BEGIN
@@ -54,12 +55,13 @@ def _add_columns_since(version: int) -> Callable:
 def _cache_meta(store) -> None:
     _add_columns_since(3)(store)
     store.execute("CREATE INDEX IF NOT EXISTS cache_shape ON cache (node, shape_hash)")
+    store.execute("CREATE INDEX IF NOT EXISTS runs_owner ON runs (owner, created_at)")
 
 
 MIGRATIONS = (
     Migration(1, "the first layout", _create_tables),
     Migration(2, "nodes.doc", _add_columns_since(2)),
-    Migration(3, "cache.meta, cache.shape_hash", _cache_meta),
+    Migration(3, "cache.meta, cache.shape_hash, runs.owner", _cache_meta),
 )
 SCHEMA_VERSION = MIGRATIONS[-1].version
 

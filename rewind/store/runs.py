@@ -42,9 +42,11 @@ class SQLRuns(SQLBase, RunStore):
         escaped = text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
         return f"%{escaped}%"
 
-    def _run_filters(self, pipeline=None, status=None, parent_id=None, search=None, forks_only=False):
+    def _run_filters(self, pipeline=None, status=None, parent_id=None, search=None, forks_only=False,
+                     owner=None):
         where, params = [], []
-        for column, value in (("pipeline", pipeline), ("status", status), ("parent_id", parent_id)):
+        for column, value in (("pipeline", pipeline), ("status", status), ("parent_id", parent_id),
+                              ("owner", owner)):
             if value:
                 where.append(f"{column} = ?")
                 params.append(value)
@@ -70,11 +72,18 @@ class SQLRuns(SQLBase, RunStore):
         clause, params = self._run_filters(**filters)
         return int(self.query(f"SELECT COUNT(*) FROM runs{clause}", params)[0][0])
 
-    def pipelines(self) -> list:
+    def pipelines(self, owner: Optional[str] = None) -> list:
+        if owner is not None:
+            return [r[0] for r in self.query(
+                "SELECT DISTINCT pipeline FROM runs WHERE owner = ? ORDER BY pipeline", (owner,))]
         return [r[0] for r in self.query("SELECT DISTINCT pipeline FROM runs ORDER BY pipeline")]
 
-    def children(self, run_id: str) -> list:
-        rows = self.query(f"{_SELECT} WHERE parent_id = ? ORDER BY created_at", (run_id,))
+    def children(self, run_id: str, owner: Optional[str] = None) -> list:
+        if owner is not None:
+            rows = self.query(f"{_SELECT} WHERE parent_id = ? AND owner = ? ORDER BY created_at",
+                              (run_id, owner))
+        else:
+            rows = self.query(f"{_SELECT} WHERE parent_id = ? ORDER BY created_at", (run_id,))
         return [RUNS.row(r) for r in rows]
 
     # liveness ------------------------------------------------------------------------------

@@ -98,10 +98,13 @@ RUNS = Table(
         C("owner_pid", INT, kind="int"), C("owner_started", FLOAT, kind="number"),
         C("heartbeat_at", FLOAT, kind="number"), C("start_seq", INT, kind="int"),
         C("fork_index", INT, default=0, kind="int"),
+        # who the run belongs to (a signed-in user's email); NULL: single-user mode
+        C("owner", kind="text", since=3),
     ),
     primary_key=("id",),
     indexes=(("runs_created", ("created_at",)), ("runs_pipeline", ("pipeline", "created_at")),
-             ("runs_status", ("status", "created_at")), ("runs_parent", ("parent_id", "created_at"))),
+             ("runs_status", ("status", "created_at")), ("runs_parent", ("parent_id", "created_at")),
+             ("runs_owner", ("owner", "created_at"))),
 )
 # One row per step. Space-saving conventions (undone when read, see `rows`): `state_app_id`
 # NULL means the row's own run; `reason` NULL means the default for its status; what a step
