@@ -5,7 +5,7 @@ from .action import action, tool
 from .api import Rewind, register_pipeline
 from .engine import Pipeline
 from .errors import (
-    CorpusError, ForkError, IntegrityError, InvalidRequest, NotFound, OperationError,
+    CommitFailed, CorpusError, ForkError, IntegrityError, InvalidRequest, NotFound, OperationError,
     ProviderError, RewindError, StoreError, UndeclaredRead, UnhashableValue, UserError,
 )
 from .hashing import canonical_hash
@@ -20,5 +20,5 @@ __all__ = [
     "InvalidRequest", "UnhashableValue", "UndeclaredRead", "ForkError", "StoreError",
     "IntegrityError", "ProviderError", "canonical_hash", "record_usage", "Run", "Step",
     "TrajectoryDiff", "DiffRow", "AuditReport", "AuditRow", "llm", "register_type",
-    "RunStatus", "StepStatus", "UserError", "OperationError", "CorpusError",
+    "RunStatus", "StepStatus", "UserError", "OperationError", "CorpusError", "CommitFailed",
 ]

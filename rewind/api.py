@@ -21,6 +21,8 @@ from .models import Run, RunStatus, Step, TrajectoryDiff
 from .store import SQLStore, open_store
 
 _GLOBAL_PIPELINES: dict = {}
+MAX_OFFSET = 2**62          # SQLite and PostgreSQL integers stop at 2**63
+MAX_SEARCH = 1_000          # SQLite refuses LIKE patterns past 50,000 bytes; nobody types more
 
 
 def register_pipeline(pipeline: Pipeline) -> Pipeline:
@@ -134,6 +136,12 @@ class Rewind:
             ) from None
         if limit < 0 or offset < 0:
             raise InvalidRequest("limit and offset must be non-negative integers")
+        if offset > MAX_OFFSET:
+            raise InvalidRequest(f"offset {offset} is past any page there can be (at most "
+                                 f"{MAX_OFFSET:,})", field="offset")
+        if search is not None and len(str(search)) > MAX_SEARCH:
+            raise InvalidRequest(f"a search is at most {MAX_SEARCH:,} characters, not "
+                                 f"{len(str(search)):,}", field="search")
         rows = self.store.list_run_rows(
             limit=min(int(limit), 10_000), offset=int(offset), pipeline=pipeline, status=status,
             parent_id=parent_id, search=search, forks_only=forks_only, owner=self._owner_filter,
@@ -284,9 +292,14 @@ class Rewind:
 
     def purge_cache(self, older_than_days: float, dry_run: bool = False) -> int:
         self._require_admin("purge the cache")
-        if older_than_days is None or float(older_than_days) < 0:
-            raise InvalidRequest("older_than_days must be >= 0")
-        return self.store.purge_cache(float(older_than_days) * 86400, dry_run=dry_run)
+        try:
+            days = float(older_than_days)
+        except (TypeError, ValueError):
+            days = float("nan")
+        if not (0 <= days < float("inf")):  # NaN compares false: refused too
+            raise InvalidRequest(f"older_than_days must be a number >= 0, not {older_than_days!r}",
+                                 field="older_than_days")
+        return self.store.purge_cache(days * 86400, dry_run=dry_run)
 
     def alarms(self, node: Optional[str] = None) -> list:
         alarms = self.store.alarms(node)

@@ -9,7 +9,8 @@
     │   └── ForkError
     └── OperationError               exit 1; a valid request failed: database, data or provider
         ├── StoreError
-        │   └── IntegrityError
+        │   ├── IntegrityError
+        │   └── CommitFailed
         ├── ProviderError
         └── CorpusError
 
@@ -82,6 +83,11 @@ class StoreError(OperationError):
 
 class IntegrityError(StoreError):
     """Raised when a stored blob no longer matches its content hash."""
+
+
+class CommitFailed(StoreError):
+    """Raised when a write to the database failed twice (with a reconnect between); everything
+    committed before it is intact and the run can be resumed."""
 
 
 class ProviderError(OperationError):

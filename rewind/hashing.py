@@ -311,6 +311,12 @@ def canonical_json(value: Any, path: str = "value") -> bytes:
         raise UnhashableValue(
             f"`{bad}` contains invalid Unicode (a lone surrogate); it cannot be encoded as UTF-8"
         ) from None
+    except ValueError as e:  # Python refuses to spell integers of more than 4,300 digits
+        if "integer string conversion" not in str(e):
+            raise
+        raise UnhashableValue(
+            f"`{path}` holds an integer of more than 4,300 digits, which has no JSON spelling "
+            "here; store it as a string", field=path) from None
 
 
 def sha256_hex(data: bytes) -> str:

@@ -272,7 +272,7 @@ def encode(value: Any, field: str = "value") -> bytes:
             f"`{field}` contains invalid Unicode (a lone surrogate); it cannot be stored"
         ) from None
     except (TypeError, ValueError) as e:
-        raise UnhashableValue(f"`{field}` cannot be stored: {e}") from None
+        raise UnhashableValue(f"`{field}` cannot be stored: {e}", field=field) from None
 
 
 def blob_ref(data: bytes) -> str:

@@ -18,6 +18,7 @@ from typing import Any, Callable, Optional
 
 from .. import serde
 from ..action import runtime_input_names
+from ..errors import CommitFailed, RewindError
 from ..hashing import canonical_parts, combine, is_internal_key, sha256_hex
 from ..models import Step, StepStatus, normalize_overrides, overrides_at
 from .keys import NodeSpec, node_spec
@@ -239,11 +240,27 @@ class ExecutionContext:
         self._last_commit = time.monotonic()
 
     def commit(self, extra: Optional[Callable[[Any], None]] = None) -> None:
-        """Commit `extra(store)` and the buffer in one transaction, then report."""
-        with self.store.transaction():
-            if extra is not None:
-                extra(self.store)
-            self.flush_pending(self.store)
+        """Commit `extra(store)` and the buffer in one transaction, then report. A failed
+        commit (a lost connection, a lock held too long, a full disk) is retried once on a
+        fresh connection; the buffer is cleared only once a commit went through."""
+        for attempt in (1, 2):
+            try:
+                with self.store.transaction():
+                    if extra is not None:
+                        extra(self.store)
+                    self.flush_pending(self.store)
+                break
+            except RewindError:
+                raise  # a refusal (a lease taken, bad data) is not retried
+            except Exception as e:
+                logger.warning("commit of run %s failed (attempt %d): %s", self.run_id, attempt, e)
+                self.store.reset_connection()
+                if attempt == 2:
+                    raise CommitFailed(
+                        f"could not write run {self.run_id} to {self.store.url}: "
+                        f"{type(e).__name__}: {e}. Everything committed before is intact; "
+                        "resume the run once the database is reachable", run_id=self.run_id,
+                    ) from e
         self._clear_pending()
         self.report_committed()
 

@@ -74,14 +74,18 @@ def resume_run(store: Any, heartbeat: Heartbeat, pipeline: Any, row: dict, *,
     else:
         builder = builder.with_entrypoint(saved["position"])
     app = builder.build()
-    used = [int(saved["sequence_id"])] + [int(s.sequence_id) for s in steps
-                                          if s.sequence_id is not None and s.state_app_id == run_id]
+    # after every state saved for the run: a failed attempt's, or one whose step row a failed
+    # commit never wrote, keep their numbers
+    used = [int(saved["sequence_id"]), store.max_sequence_id(run_id) or -1]
     burr_compat.set_sequence_id(app, max(used))
 
     def reopen(s: Any) -> None:
+        # the lease: of two concurrent resumes exactly one moves the run to `running`
+        if not s.claim_run(run_id, [str(x) for x in RESUMABLE], status=str(RunStatus.RUNNING),
+                           error=None, finished_at=None, **owner_fields()):
+            raise InvalidRequest(f"run {run_id} is already being resumed or was resumed by "
+                                 "another process; refresh and look at it again", run_id=run_id)
         s.delete_failed_steps(run_id)
-        s.update_run(run_id, status=str(RunStatus.RUNNING), error=None, finished_at=None,
-                     **owner_fields())
 
     ctx.commit(reopen)
     return execute(ctx, app, heartbeat, time.perf_counter(), halts)

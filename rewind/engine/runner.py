@@ -16,7 +16,7 @@ from typing import Any, Callable, Optional
 
 from burr.core import ApplicationBuilder, State
 
-from ..errors import InvalidRequest, RewindError
+from ..errors import CommitFailed, InvalidRequest, RewindError
 from ..models import Run, RunStatus, StepStatus
 from ..store import PARTITION_KEY, RUN_COLUMNS
 from . import burr_compat
@@ -90,6 +90,8 @@ def execute(ctx: ExecutionContext, app: Any, heartbeat: Heartbeat, started: floa
     token = CURRENT.set(ctx)
     try:
         status = drive(ctx, app, halts or Halts())
+    except CommitFailed as e:  # the database, not the node: the run is resumable as it stands
+        status, error = RunStatus.INTERRUPTED, str(e)
     except Exception as e:
         status = RunStatus.FAILED
         error = ctx.last_error or f"{type(e).__name__}: {e}"
@@ -102,11 +104,7 @@ def execute(ctx: ExecutionContext, app: Any, heartbeat: Heartbeat, started: floa
         heartbeat.remove(ctx.run_id)
         store.detach_context(ctx.run_id)
         fields = finish_fields(ctx, status, error, started)
-        if ctx.pending_run is not None:  # a fork not yet written: its row, final at once
-            ctx.pending_run.update(fields)
-            ctx.commit()
-        else:
-            ctx.commit(lambda s: s.update_run(ctx.run_id, **fields))
+        finalize(ctx, fields)
     if ctx.run_row is not None:
         row = {c: None for c in RUN_COLUMNS}
         row.update(ctx.run_row)
@@ -114,6 +112,26 @@ def execute(ctx: ExecutionContext, app: Any, heartbeat: Heartbeat, started: floa
     else:
         row = store.get_run_row(ctx.run_id)
     return Run.from_row(row, steps=list(ctx.steps))
+
+
+def finalize(ctx: ExecutionContext, fields: dict) -> None:
+    """Commit the run's last steps and its final row. If that fails, a fork not yet written
+    leaves nothing; a written run is marked `interrupted` (resumable) if the database lets us."""
+    if ctx.pending_run is not None:  # a fork not yet written: its row, final at once
+        ctx.pending_run.update(fields)
+        ctx.commit()
+        return
+    try:
+        ctx.commit(lambda s: s.update_run(ctx.run_id, **fields))
+    except CommitFailed:
+        try:
+            with ctx.store.transaction():
+                ctx.store.update_run(ctx.run_id, status=str(RunStatus.INTERRUPTED),
+                                     error=fields.get("error") or "its last steps could not be written",
+                                     finished_at=fields["finished_at"])
+        except Exception:  # the next store to open marks it (its owner process will be gone)
+            ctx.store.reset_connection()
+        raise
 
 
 def finish_fields(ctx: ExecutionContext, status: str, error: Optional[str], started: float) -> dict:

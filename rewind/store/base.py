@@ -54,6 +54,10 @@ class RunStore(abc.ABC):
     def update_run(self, run_id: str, **fields: Any) -> None: ...
 
     @abc.abstractmethod
+    def claim_run(self, run_id: str, from_statuses: Sequence[str], **fields: Any) -> bool:
+        """Update the run only if its status is one of `from_statuses` (atomic)."""
+
+    @abc.abstractmethod
     def get_run_row(self, run_id: str) -> Optional[dict]: ...
 
     @abc.abstractmethod
@@ -107,6 +111,10 @@ class GraphStore(abc.ABC):
 class CacheStore(abc.ABC):
     @abc.abstractmethod
     def cache_get(self, node: str, input_hash: str) -> Optional[dict]: ...
+
+    @abc.abstractmethod
+    def latest_cache_entry_like(self, node: str, shape_hash: str) -> Optional[dict]:
+        """The newest entry of `node` for the same inputs under any code."""
 
     @abc.abstractmethod
     def cache_get_many(self, keys: Sequence[tuple]) -> dict: ...

@@ -54,6 +54,12 @@ class SQLStates(SQLBase, StateStore):
         out[REFS_KEY] = dict(self.get_docs([h])[h])
         return out
 
+    def max_sequence_id(self, app_id: str) -> Optional[int]:
+        """The highest sequence id Burr saved for `app_id` (a failed attempt's included)."""
+        rows = self.query(f"SELECT MAX(sequence_id) FROM {BURR_TABLE} WHERE partition_key = ? "
+                          "AND app_id = ?", (PARTITION_KEY, app_id))
+        return None if not rows or rows[0][0] is None else int(rows[0][0])
+
     def has_state(self, app_id: str, sequence_id: int) -> bool:
         return bool(self.query(f"SELECT 1 FROM {BURR_TABLE} WHERE {_KEY}",
                                (PARTITION_KEY, app_id, sequence_id)))

@@ -29,6 +29,18 @@ class SQLRuns(SQLBase, RunStore):
         sets = ", ".join(f"{k} = ?" for k in fields)
         self.execute(f"UPDATE runs SET {sets} WHERE id = ?", [*fields.values(), run_id])
 
+    def claim_run(self, run_id: str, from_statuses: Sequence[str], **fields: Any) -> bool:
+        """Set `fields` on the run only if its status is one of `from_statuses`, atomically:
+        of two processes claiming the same run, exactly one gets True (the run's lease)."""
+        unknown = set(fields) - set(RUN_COLUMNS)
+        if unknown:
+            raise ValueError(f"unknown run columns {sorted(unknown)}")
+        sets = ", ".join(f"{k} = ?" for k in fields)
+        marks = ", ".join("?" * len(from_statuses))
+        cur = self.execute(f"UPDATE runs SET {sets} WHERE id = ? AND status IN ({marks})",
+                           [*fields.values(), run_id, *[str(s) for s in from_statuses]])
+        return cur.rowcount == 1
+
     def get_run_row(self, run_id: str) -> Optional[dict]:
         rows = self.query(f"{_SELECT} WHERE id = ?", (run_id,))
         return RUNS.row(rows[0]) if rows else None

@@ -91,6 +91,19 @@ class SQLBase(abc.ABC):
             slot["persister"]._initialized = True
         return slot["persister"]
 
+    def reset_connection(self) -> None:
+        """Drop this thread's connection (after a failed commit or a lost server): the next
+        statement opens a fresh one."""
+        slot = getattr(self._local, "slot", None)
+        self._local = threading.local()
+        if slot is None:
+            return
+        with self._lock:
+            self._all_connections = [s for s in self._all_connections if s is not slot]
+        slot["persister"] = None
+        with contextlib.suppress(Exception):
+            slot["conn"].close()
+
     def close(self) -> None:
         """Close this process's connections. A connection inherited across fork() belongs to
         the parent: closing it here would end the parent's session (PostgreSQL's Terminate)."""
