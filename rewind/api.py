@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 from typing import Any, Callable, Optional
 
@@ -16,7 +17,7 @@ from .engine import (
     start_run, steps_from_rows,
 )
 from .engine.plan import ForkPlan, plan_fork
-from .errors import InvalidRequest, NotFound
+from .errors import InvalidRequest, NotFound, RewindError, StoreError
 from .models import Run, RunStatus, Step, TrajectoryDiff
 from .store import SQLStore, open_store
 
@@ -29,6 +30,25 @@ def register_pipeline(pipeline: Pipeline) -> Pipeline:
     """Register a pipeline for every `Rewind` handle in this process (the CLI and dashboard)."""
     _GLOBAL_PIPELINES[pipeline.name] = pipeline
     return pipeline
+
+
+def _database_errors(method: Callable) -> Callable:
+    """A driver error (a server gone, a locked or full database) leaves the handle as a
+    `StoreError` naming the database, never a raw sqlite3/psycopg2 exception; the thread's
+    connection is dropped so the next call reconnects."""
+    @functools.wraps(method)
+    def guarded(self, *args, **kwargs):
+        try:
+            return method(self, *args, **kwargs)
+        except RewindError:
+            raise
+        except Exception as e:
+            if not isinstance(e, self.store.backend_errors):
+                raise
+            self.store.reset_connection()
+            raise StoreError(f"the database {self.url} failed: {type(e).__name__}: {e}; check "
+                             "that it is reachable and writable, then retry") from e
+    return guarded
 
 
 class Rewind:
@@ -329,3 +349,8 @@ class Rewind:
 
         self._require_admin("import runs")
         return import_run(self, document)
+
+
+for _name, _method in list(vars(Rewind).items()):
+    if callable(_method) and not _name.startswith("_") and _name not in ("close", "register"):
+        setattr(Rewind, _name, _database_errors(_method))

@@ -87,6 +87,7 @@ class PostgresStore(SQLStore):
     placeholder = "%s"
     types = {"float": "DOUBLE PRECISION", "bigint": "BIGINT", "blob": "BYTEA"}
     write_errors = (psycopg2.OperationalError,)
+    backend_errors = (psycopg2.Error,)  # what the driver raises: turned into StoreError at the API
 
     def __init__(self, url: str, read_only: Optional[bool] = None):
         self.dsn = url

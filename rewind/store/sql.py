@@ -134,9 +134,18 @@ class SQLBase(abc.ABC):
         for params in rows:
             self.execute(sql, params)
 
+    backend_errors: tuple = ()
+
     def query(self, sql: str, params: Sequence = ()) -> list:
-        cur = self.execute(sql, params)
-        rows = cur.fetchall()
+        try:
+            rows = self.execute(sql, params).fetchall()
+        except Exception as e:
+            # a read outside a transaction survives a lost connection (a server restart):
+            # once, on a fresh one; inside a transaction the commit's retry owns it
+            if not isinstance(e, self.backend_errors) or getattr(self.connection, "depth", 0):
+                raise
+            self.reset_connection()
+            rows = self.execute(sql, params).fetchall()
         self._end_read()
         return rows
 

@@ -48,6 +48,7 @@ def _not_writable(path: str) -> Optional[str]:
 
 class SQLiteStore(SQLStore):
     write_errors = (sqlite3.OperationalError,)
+    backend_errors = (sqlite3.Error,)  # what the driver raises: turned into StoreError at the API
 
     def __init__(self, path: str, read_only: Optional[bool] = None):
         self.path = os.path.abspath(path) if path != ":memory:" else path
