@@ -31,7 +31,7 @@ import threading
 from types import SimpleNamespace
 from typing import Any, Iterator, Optional
 
-from ..errors import OperationError
+from ..errors import OperationError, RewindError
 from ..hashing import canonical_hash, to_canonical
 from .format import decode_value, encode_value
 
@@ -45,7 +45,6 @@ CALL_FIELDS = ("api", "model", "messages", "params", "response_text", "prompt_to
 _active: contextvars.ContextVar[Optional["Cassette"]] = contextvars.ContextVar(
     "rewind_cassette", default=None)
 _install_lock = threading.Lock()
-_installed = False
 
 
 class MissingCall(OperationError):
@@ -204,7 +203,11 @@ def _request_of(api: str, body: dict) -> dict:
     except (ValueError, TypeError):
         messages = body.get("messages") or body.get("input") or []
     params = {k: v for k, v in body.items() if k not in ("model", "messages", "input", "instructions")}
-    return {"api": api, "model": str(body.get("model") or ""), "messages": messages, "params": params}
+    request = {"api": api, "model": str(body.get("model") or ""), "messages": messages, "params": params}
+    try:  # spelled as a recorded call is (0.0 as 0), so that a diff shows only real changes
+        return to_canonical(request, "request")
+    except RewindError:
+        return request
 
 
 # --- the wire answer of a recorded call -----------------------------------------------------------
@@ -338,17 +341,12 @@ def _wrap_async(original):
 
 
 def install() -> None:
-    """Put the hook on openai's base clients, once per process."""
-    global _installed
-    if _installed:
-        return
-    with _install_lock:
-        if _installed:
-            return
-        from openai import _base_client as base
+    """Put the hook on openai's base clients (checked on the classes themselves, not with a
+    flag: a process that re-imports openai has new classes to hook)."""
+    from openai import _base_client as base
 
+    with _install_lock:
         if not getattr(base.SyncAPIClient.request, "_rewind_cassette", False):
             base.SyncAPIClient.request = _wrap_sync(base.SyncAPIClient.request)
         if not getattr(base.AsyncAPIClient.request, "_rewind_cassette", False):
             base.AsyncAPIClient.request = _wrap_async(base.AsyncAPIClient.request)
-        _installed = True

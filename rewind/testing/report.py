@@ -93,12 +93,14 @@ def render(result: Any) -> str:
                    + (f" (visit {first.occurrence})" if first.occurrence > 1 else "")
                    + f" (step {first.index + 1} of {result.steps_total})")
         out.append(f"{INDENT}why it re-ran: {first.reason}")
-        out.append(f"{INDENT}verdict: {first.detail}")
-        if first.replayed_hash is not None:
+        head, *rest = (first.detail or first.verdict).splitlines()
+        out.append(f"{INDENT}verdict: {head}")
+        out.extend(INDENT * 2 + line for line in rest)
+        if first.verdict != "failed":  # a step that raised wrote nothing to compare
             out.append(f"{INDENT}output hash: recorded {_hash(first.recorded_hash)}, replayed "
                        f"{_hash(first.replayed_hash)}")
-        out.extend(INDENT + line for line in output_diffs(first))
-        out.extend(INDENT + line for line in _call_lines(first))
+            out.extend(INDENT + line for line in output_diffs(first))
+            out.extend(INDENT + line for line in _call_lines(first))
         if len(first.missing) > 1:
             out.append(f"{INDENT}{len(first.missing) - 1} more calls of this step are not in the snapshot")
         later = [n for n in result.nodes[first.index + 1:] if not n.ok]
