@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from .output import Progress, shown
 from .parser import int_in
-from .runs import open_rewind
+from .runs import open_rewind, resolve_pipeline
 
 EXIT_OK, EXIT_DIVERGED = 0, 1
 MAX_REPEATS = 1000
@@ -22,6 +22,8 @@ def cmd_snapshot(args, out) -> int:
     from ..testing import snapshot
 
     with open_rewind(args) as rw:
+        if args.pipeline:  # where the pipeline lives also registers it for this command
+            rw.register(resolve_pipeline(rw, args.pipeline))
         run = rw.get_run(args.run)  # an unknown run is refused before anything is sampled
         progress = None if args.quiet or not args.repeats else Progress()
         with shown(progress):
@@ -56,7 +58,8 @@ def add_commands(add) -> None:
                     help="re-execute each step K times to find nondeterministic nodes (default 3; "
                          "0: no audit)")
     sp.add_argument("--pipeline", default=None, metavar="MOD:ATTR",
-                    help="where the pipeline is defined, when it cannot be found by itself")
+                    help="the pipeline as package.module:attribute (registers it, and is written "
+                         "into the snapshot; default: found by itself)")
     sp = add("replay", cmd_replay, "replay a snapshot file against the current code, offline")
     sp.add_argument("path", metavar="PATH")
     sp.add_argument("--record", choices=("none", "new", "all"), default="none",
