@@ -1,0 +1,118 @@
+"""The snapshot file: one recorded run as canonical, reviewable JSON, and reading it back.
+
+Owns the layout (`FORMAT`, `VERSION`), `dumps` (sorted keys, two-space indent, UTF-8, one
+trailing newline: the same run always gives the same bytes, so a re-recorded snapshot diffs
+in git only where behaviour changed), `load`/`write`, and the value encoding. Values (state,
+outputs, runtime inputs, tool results) are kept in Rewind's type-preserving serde spelling,
+parsed: plain JSON data reads as itself, and only tuples, datetimes, dataclasses and the like
+carry a `{"__rw__": ...}` tag, so a replayed node gets the same Python types it ran on.
+
+Layout (every key sorted on disk):
+
+    format, version
+    pipeline   {name, spec ("pkg.mod:attr" to import it), entrypoint, nodes, edges}
+    run        {id, status}                the run it was taken from
+    audit      {repeats}                   how many times each step was re-sampled
+    initial_state
+    steps      [ {node, occurrence, status, determinism, input_hash, output_hash, fields,
+                  units, params, overrides, runtime_inputs, edit, outputs, deleted,
+                  calls: [{api, model, messages, params, response_text, prompt_tokens,
+                           completion_tokens}],
+                  tools: [{tool, args_hash, result}],
+                  audit: {stable, samples, distinct, unstable_fields, baseline: [outputs]}} ]
+
+Nothing that changes from one recording to the next without a change of behaviour is written
+(latencies, timestamps, store paths).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from .. import serde
+from ..errors import InvalidRequest
+
+FORMAT = "rewind-snapshot"
+VERSION = 1
+MARKER = f'"{FORMAT}"'
+
+
+class SnapshotError(InvalidRequest):
+    """A snapshot file that cannot be read, or names a pipeline or node this code lacks."""
+
+
+def encode_value(value: Any, where: str) -> Any:
+    """A value in its serde spelling, as JSON data (raises UnhashableValue naming `where`)."""
+    return json.loads(serde.encode(value, where))
+
+
+def decode_value(data: Any) -> Any:
+    return serde.decode(json.dumps(data, ensure_ascii=False, allow_nan=False).encode("utf-8"))
+
+
+def encode_values(values: dict, where: str) -> dict:
+    return {k: encode_value(v, f"{where}.{k}") for k, v in values.items()}
+
+
+def decode_values(data: dict) -> dict:
+    return {k: decode_value(v) for k, v in (data or {}).items()}
+
+
+def dumps(doc: dict) -> str:
+    """The canonical text of a snapshot."""
+    return json.dumps(doc, sort_keys=True, indent=2, ensure_ascii=False, allow_nan=False) + "\n"
+
+
+def write(doc: dict, path: Any) -> Path:
+    """Write atomically (a crash never leaves half a snapshot); returns the path."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(dumps(doc), encoding="utf-8")
+    os.replace(tmp, path)
+    return path
+
+
+def is_snapshot_file(path: Any) -> bool:
+    """Cheap test used at collection: a .json file that says it is a Rewind snapshot."""
+    path = Path(path)
+    if path.suffix != ".json":
+        return False
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            return MARKER in f.read(1 << 16)
+    except OSError:
+        return False
+
+
+def load(path: Any) -> dict:
+    """Read and check a snapshot; `SnapshotError` names the file and what is wrong."""
+    path = Path(path)
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as e:
+        raise SnapshotError(f"cannot read snapshot {path}: {e}") from None
+    except ValueError as e:
+        raise SnapshotError(f"snapshot {path} is not valid JSON: {e}") from None
+    return check(doc, str(path))
+
+
+def check(doc: Any, where: str) -> dict:
+    if not isinstance(doc, dict) or doc.get("format") != FORMAT:
+        raise SnapshotError(f"{where} is not a Rewind snapshot (no \"format\": \"{FORMAT}\")")
+    if doc.get("version") != VERSION:
+        raise SnapshotError(f"{where} is snapshot version {doc.get('version')!r}; this Rewind "
+                            f"reads version {VERSION}: re-record it with `rewind snapshot`")
+    pipeline = doc.get("pipeline")
+    if not isinstance(pipeline, dict) or not pipeline.get("spec"):
+        raise SnapshotError(f"{where}: \"pipeline\" must name the pipeline to import as "
+                            "{\"spec\": \"package.module:attribute\"}")
+    steps = doc.get("steps")
+    if not isinstance(steps, list) or not all(isinstance(s, dict) and s.get("node") for s in steps):
+        raise SnapshotError(f"{where}: \"steps\" must be a list of steps, each with a \"node\"")
+    if not isinstance(doc.get("initial_state", {}), dict):
+        raise SnapshotError(f"{where}: \"initial_state\" must be an object")
+    return doc
