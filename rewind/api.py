@@ -306,6 +306,14 @@ class Rewind:
 
         return audit_run(self, self.get_run(run_id), repeats, on_progress=on_progress)
 
+    def snapshot(self, run_id: str, path: Any, repeats: int = 3,
+                 pipeline_spec: Optional[str] = None) -> Any:
+        """Write run `run_id` as a snapshot file that pytest replays offline (rewind.testing)."""
+        from .testing import snapshot
+
+        self._run_row(run_id)
+        return snapshot(self, run_id, path, repeats=repeats, pipeline_spec=pipeline_spec)
+
     # maintenance ---------------------------------------------------------------------------
     def cache_stats(self) -> dict:
         return self.store.cache_stats()

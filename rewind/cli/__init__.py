@@ -5,7 +5,7 @@
     rewind runs [--pipeline P] [--status S] [--search T] [--limit N] [--offset N]
     rewind show RUN [--json] [--outputs]
     rewind fork RUN --at NODE [--occurrence N] [--edit field=JSON ...]
-                    [--param name=JSON ...] [--allow-side-effects]
+                    [--param name=JSON ...] [--allow-side-effects] [--plan]
     rewind diff A B [--noise-samples K] [--changes]
     rewind audit RUN --repeats K
     rewind resume RUN
@@ -14,6 +14,8 @@
     rewind import run.json
     rewind pipelines
     rewind serve-llm [--host 127.0.0.1] [--port 8000]
+    rewind snapshot RUN --to tests/rewind/NAME.json [--repeats K]
+    rewind replay tests/rewind/NAME.json [--record none|new|all]
 
 Global: `--db URL` (default: `REWIND_DB`, else ./rewind.db). `REWIND_PIPELINES="pkg.mod:attr,..."`
 registers more pipelines; the research demo is always registered.
@@ -24,7 +26,8 @@ out of range in a flag). Errors are one line on stderr; a traceback only with `R
 
 Modules: `main` (entry point, exit codes), `parser` (flags and their checked types), `inputs`
 (JSON flag values and files), `output` (tables, JSON, progress), and one module per group of
-commands: `runs`, `compare` (fork, diff, audit), `maintenance` (gc, export, import), `serve`.
+commands: `runs`, `compare` (fork, diff, audit), `maintenance` (gc, export, import), `serve`,
+`snapshot` (snapshot, replay).
 """
 
 from .main import main

@@ -21,12 +21,27 @@ def cmd_fork(args, out) -> int:
     params = parse_assignments("--param", args.param)
     with open_rewind(args) as rw:
         parent = rw.get_run(args.run)
+        if args.plan:
+            return _print_plan(rw.plan_fork(parent.id, at=args.at, edit=edit, params=params,
+                                            occurrence=args.occurrence,
+                                            allow_side_effects=args.allow_side_effects), out)
         progress = progress_for(rw, parent.pipeline, not args.quiet, fallback=len(parent.steps) or 1)
         with shown(progress):
             run = rw.fork(parent.id, at=args.at, edit=edit, params=params,
                           allow_side_effects=args.allow_side_effects,
                           occurrence=args.occurrence, on_step=progress)
         return finish_run(run, out, lambda r: [f"\nnext: {args.prog} diff {parent.id} {r.id}"])
+
+
+def _print_plan(plan, out) -> int:
+    """A fork's plan: what re-runs and why, what stays cached, what it should cost."""
+    rows = [[node_label(r.node, r.occurrence), r.verdict, r.est_tokens, r.reason] for r in plan.rows]
+    print(table(["node", "plan", "est tok", "why"], rows, right=(2,)), file=out)
+    dollars = "unknown (a model has no price)" if plan.est_dollars is None else f"${plan.est_dollars:.4f}"
+    print(f"\nestimate: at most {plan.est_tokens:,} tokens, {dollars}", file=out)
+    for why in plan.confirm_reasons:
+        print(f"needs confirmation: {why}", file=out)
+    return EXIT_OK
 
 
 def _print_changes(diverged: list, out) -> None:
@@ -57,7 +72,8 @@ def cmd_diff(args, out) -> int:
     print(f"A: {d.a}   B: {d.b}", file=out)
     print(f"first divergence: {d.first_divergence or 'none'}", file=out)
     print(f"verdict: {d.verdict}", file=out)
-    print(f"tokens: A {d.tokens_a}, B {d.tokens_b} (B saved {d.tokens_saved_b})", file=out)
+    print(f"tokens spent: A {d.tokens_a}, B {d.tokens_b}; trajectory cost: A {d.cost_a}, "
+          f"B {d.cost_b} (change {d.cost_delta:+d} on the nodes whose inputs changed)", file=out)
     print("", file=out)
     with_noise = any(getattr(r, "noise", None) for r in d.rows)
     headers = ["node", "A status", "B status", "A output", "B output", "same", "A tok", "B tok"]
@@ -114,6 +130,8 @@ def add_commands(add) -> None:
                     help="set one of the node's parameters (repeatable)")
     sp.add_argument("--allow-side-effects", action="store_true",
                     help="perform side effects again instead of dry-running them")
+    sp.add_argument("--plan", action="store_true",
+                    help="only show what would re-run, stay cached or be skipped, and the cost")
 
     sp = add("diff", cmd_diff, "compare two runs step by step", quiet=True)
     sp.add_argument("a", metavar="A")
