@@ -67,6 +67,9 @@ class Rewind:
         self.store: SQLStore = open_store(url)
         self.url = self.store.url
         self._pipelines: dict = {}
+        self._loaded_specs: set = set()
+        # REWIND_PIPELINES entries that could not be loaded: {entry: the error}, for a banner
+        self.pipeline_errors: dict = {}
         self._heartbeat = Heartbeat(self.store)
         for p in pipelines or []:
             self.register(p)
@@ -96,14 +99,20 @@ class Rewind:
         return {**_GLOBAL_PIPELINES, **self._pipelines}
 
     def _load_env_pipelines(self) -> None:
+        """Register `REWIND_PIPELINES` entries once each. A broken entry is kept in
+        `pipeline_errors` (entry -> what went wrong) and every other pipeline still loads."""
         spec = os.environ.get("REWIND_PIPELINES", "")
         for part in filter(None, (s.strip() for s in spec.split(","))):
-            if part in getattr(self, "_loaded_specs", set()):
+            if part in self._loaded_specs or part in self.pipeline_errors:
                 continue
-            for p in load_pipeline_spec(part):
-                if p.name not in self._pipelines:
-                    self.register(p)
-            self._loaded_specs = getattr(self, "_loaded_specs", set()) | {part}
+            try:
+                for p in load_pipeline_spec(part):
+                    if p.name not in self._pipelines:
+                        self.register(p)
+            except Exception as e:  # the user's module may raise anything while importing
+                self.pipeline_errors[part] = f"{type(e).__name__}: {e}"
+                continue
+            self._loaded_specs.add(part)
 
     def pipeline(self, name_or_pipeline: Any) -> Pipeline:
         if isinstance(name_or_pipeline, Pipeline):
@@ -116,9 +125,12 @@ class Rewind:
             return registry[name_or_pipeline]
         except KeyError:
             names = ", ".join(sorted(registry)) or "none"
+            broken = "".join(f"; REWIND_PIPELINES entry {k!r} failed: {v}"
+                             for k, v in self.pipeline_errors.items())
             raise NotFound(
                 f"pipeline {name_or_pipeline!r} is not registered in this process (registered: "
-                f"{names}); pass the Pipeline to rw.run/rw.register or list it in REWIND_PIPELINES"
+                f"{names}); pass the Pipeline to rw.run/rw.register or list it in "
+                f"REWIND_PIPELINES{broken}"
             ) from None
 
     # reading -------------------------------------------------------------------------------
