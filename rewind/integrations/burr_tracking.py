@@ -112,8 +112,9 @@ def step_attributes(run_row: dict, step: Step) -> dict:
         "rewind.completion_tokens": int(step.completion_tokens),
         "rewind.tokens_saved": int(step.tokens_saved),
         "rewind.latency_ms": round(float(step.latency_ms or 0.0), 3),
-        "rewind.params": dict(step.params or {}),
-        "rewind.field_hashes": dict(step.field_hashes or {}),
+        # sorted: a live step and the same step read back from the store spell them alike
+        "rewind.params": dict(sorted((step.params or {}).items())),
+        "rewind.field_hashes": dict(sorted((step.field_hashes or {}).items())),
     }
     if step.source_run:
         attrs["rewind.source_run"] = step.source_run
