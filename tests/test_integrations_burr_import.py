@@ -166,3 +166,8 @@ def test_an_action_the_pipeline_lacks_is_refused(rw, tmp_path):
     with pytest.raises(InvalidRequest, match="write"):
         import_burr(rw, f"{storage}/essays", Pipeline("short", g, "outline"))
     assert rw.count_runs() == 0
+
+
+def essays_pipeline() -> Pipeline:
+    """For `--pipeline test_integrations_burr_import:essays_pipeline` (the CLI test)."""
+    return Pipeline("essays", graph(), "outline")
