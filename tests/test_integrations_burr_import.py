@@ -113,7 +113,7 @@ def test_import_then_fork_with_an_edit(rw, tmp_path):
 
 def test_import_twice_is_a_no_op_and_a_changed_node_is_not_cached(rw, tmp_path):
     storage = str(tmp_path / "burr")
-    app_id = record_with_burr(storage, "essays", "bees")
+    record_with_burr(storage, "essays", "bees")
     pipeline = Pipeline("essays", graph(), "outline")
     first = import_burr(rw, storage, pipeline, project="essays")
     again = import_burr(rw, storage, pipeline, project="essays")

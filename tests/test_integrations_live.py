@@ -32,7 +32,7 @@ def test_sinks_from_the_environment(rw, tmp_path, monkeypatch):
         mine = []
         pipeline = shapes.linear()
         run = sinks.finished(rw, rw.run(pipeline, {"topic": "bees"}, on_step=sinks.wrap(rw, mine.append)))
-        fork = sinks.finished(rw, rw.fork(run.id, at="polish", on_step=sinks.wrap(rw, None)))
+        sinks.finished(rw, rw.fork(run.id, at="polish", on_step=sinks.wrap(rw, None)))
         sinks.close()
         assert [s.node for s in mine] == ["plan", "draft", "polish", "stats", "publish"]
         apps, total = asyncio.run(LocalBackend(str(tmp_path)).list_apps(None, "live", None, 100, 0))
