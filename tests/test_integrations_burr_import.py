@@ -1,0 +1,173 @@
+"""Importing runs recorded by plain Burr's tracker: a no-edit fork of one calls no node and keeps
+every hash; an edit re-executes exactly what it reaches; what the tracker lost is reported."""
+
+from __future__ import annotations
+
+import pytest
+from burr.core import ApplicationBuilder
+from burr.core.action import action as burr_action
+from burr.core.graph import GraphBuilder
+
+from rewind import ForkError, InvalidRequest, Pipeline, Rewind
+from rewind.integrations import import_burr
+
+CALLS: list = []
+
+
+@burr_action(reads=["topic"], writes=["outline"])
+def outline(state):
+    CALLS.append("outline")
+    return state.update(outline=f"outline of {state['topic']}")
+
+
+@burr_action(reads=["outline"], writes=["essay"])
+def write(state, tone: str):
+    CALLS.append("write")
+    return state.update(essay=f"{tone} essay from {state['outline']}")
+
+
+@burr_action(reads=["topic"], writes=["tags"])
+def tag(state):
+    CALLS.append("tag")
+    return state.update(tags=sorted(set(state["topic"].split())))
+
+
+@burr_action(reads=["essay", "tags"], writes=["receipt"])
+def send(state):
+    CALLS.append("send")
+    return state.update(receipt={"chars": len(state["essay"]), "tags": state["tags"]})
+
+
+@burr_action(reads=["count"], writes=["count"])
+def bump(state):
+    CALLS.append("bump")
+    return state.update(count=state["count"] + 1)
+
+
+def graph():
+    return (GraphBuilder().with_actions(outline=outline, write=write, tag=tag, send=send)
+            .with_transitions(("outline", "write"), ("write", "tag"), ("tag", "send")).build())
+
+
+def record_with_burr(storage: str, project: str, topic: str, tone: str = "plain") -> str:
+    """Run the graph with plain Burr and its local tracker; returns the app id."""
+    app = (ApplicationBuilder().with_graph(graph()).with_entrypoint("outline")
+           .with_state(topic=topic).with_tracker("local", project=project,
+                                                 params={"storage_dir": storage})
+           .build())
+    while app.get_next_action() is not None:
+        app.step(inputs={"tone": tone} if app.get_next_action().name == "write" else None)
+    return app.uid
+
+
+@pytest.fixture
+def rw(store_url):
+    with Rewind(store_url) as handle:
+        yield handle
+
+
+def test_import_then_fork_without_edit_calls_nothing(rw, tmp_path):
+    storage = str(tmp_path / "burr")
+    app_id = record_with_burr(storage, "essays", "bees and wasps")
+    pipeline = Pipeline("essays", graph(), "outline")
+    report = import_burr(rw, f"{storage}/essays", pipeline)
+    run = rw.get_run(report.runs[app_id])
+    assert run.status == "completed"
+    assert [s.node for s in run.steps] == ["outline", "write", "tag", "send"]
+    assert all(s.status == "executed" and s.input_hash and s.output_hash for s in run.steps)
+    assert run.step("send").outputs == {"receipt": {"chars": len(run.step("write").outputs["essay"]),
+                                                    "tags": ["and", "bees", "wasps"]}}
+    assert run.step("write").runtime_inputs == {"tone": "plain"}
+    # reported, not invented: no state before the first step, no tokens, no params
+    text = " ".join(report.not_kept)
+    assert "state before its first step" in text and "outline" in text
+    assert "token usage" in text and "params" in text
+
+    CALLS.clear()
+    for at in ("outline", "write", "tag", "send"):
+        fork = rw.fork(run.id, at=at)
+        assert CALLS == [], (at, CALLS)
+        assert fork.total_tokens == 0
+        assert [s.output_hash for s in fork.steps] == [s.output_hash for s in run.steps]
+        d = rw.diff(run.id, fork.id)
+        assert d.first_divergence is None
+
+
+def test_import_then_fork_with_an_edit(rw, tmp_path):
+    storage = str(tmp_path / "burr")
+    app_id = record_with_burr(storage, "essays", "bees")
+    report = import_burr(rw, f"{storage}/essays", Pipeline("essays", graph(), "outline"))
+    run_id = report.runs[app_id]
+    CALLS.clear()
+    fork = rw.fork(run_id, at="write", edit={"outline": "a new outline"})
+    assert CALLS == ["write", "send"]  # tag reads only topic: served from the cache
+    assert [s.status for s in fork.steps] == ["inherited", "executed", "cached", "executed"]
+    assert fork.step("write").outputs == {"essay": "plain essay from a new outline"}
+    assert rw.diff(run_id, fork.id).first_divergence == "write"
+    # a param (runtime input) change at the node reaches it too
+    CALLS.clear()
+    fork2 = rw.fork(run_id, at="write", inputs={"tone": "playful"})
+    assert CALLS == ["write", "send"]
+    assert fork2.step("write").outputs["essay"].startswith("playful essay")
+
+
+def test_import_twice_is_a_no_op_and_a_changed_node_is_not_cached(rw, tmp_path):
+    storage = str(tmp_path / "burr")
+    record_with_burr(storage, "essays", "bees")
+    pipeline = Pipeline("essays", graph(), "outline")
+    first = import_burr(rw, storage, pipeline, project="essays")
+    again = import_burr(rw, storage, pipeline, project="essays")
+    assert again.runs == first.runs and again.skipped
+    assert rw.count_runs() == 1
+
+    @burr_action(reads=["topic"], writes=["outline"])
+    def outline2(state):  # same name in the graph, other code
+        CALLS.append("outline2")
+        return state.update(outline=f"OUTLINE of {state['topic']}")
+
+    changed = (GraphBuilder().with_actions(outline=outline2, write=write, tag=tag, send=send)
+               .with_transitions(("outline", "write"), ("write", "tag"), ("tag", "send")).build())
+    other = tmp_path / "other"
+    app2 = record_with_burr(str(other), "essays", "bees")
+    rep = import_burr(rw, str(other / "essays"), Pipeline("essays2", changed, "outline"))
+    assert any("differs from the source Burr recorded" in n for n in rep.not_kept)
+    CALLS.clear()
+    rw.fork(rep.runs[app2], at="outline")
+    assert CALLS[0] == "outline2"  # its recorded output was not served as the new code's
+
+
+def test_a_field_the_first_step_reads_and_rewrites_is_reported(rw, tmp_path):
+    g = GraphBuilder().with_actions(bump=bump).with_transitions().build()
+    app = (ApplicationBuilder().with_graph(g).with_entrypoint("bump").with_state(count=41)
+           .with_tracker("local", project="counter", params={"storage_dir": str(tmp_path)}).build())
+    app.step()
+    pipeline = Pipeline("counter", g, "bump")
+    report = import_burr(rw, str(tmp_path / "counter"), pipeline)
+    assert any("reads and rewrites count" in n for n in report.not_kept)
+    run = rw.get_run(report.runs[app.uid])
+    assert run.step("bump").outputs == {"count": 42} and run.step("bump").input_hash is None
+    with pytest.raises(ForkError, match="not found"):
+        rw.fork(run.id, at="bump")  # its starting count was never recorded
+    # given the starting state, it is keyed and forkable
+    tmp2 = tmp_path / "again"
+    app2 = (ApplicationBuilder().with_graph(g).with_entrypoint("bump").with_state(count=41)
+            .with_tracker("local", project="counter", params={"storage_dir": str(tmp2)}).build())
+    app2.step()
+    rep2 = import_burr(rw, str(tmp2 / "counter"), pipeline, initial_state={"count": 41})
+    CALLS.clear()
+    fork = rw.fork(rep2.runs[app2.uid], at="bump")
+    assert CALLS == [] and fork.step("bump").outputs == {"count": 42}
+
+
+def test_an_action_the_pipeline_lacks_is_refused(rw, tmp_path):
+    storage = str(tmp_path / "burr")
+    record_with_burr(storage, "essays", "bees")
+    g = GraphBuilder().with_actions(outline=outline).with_transitions().build()
+    with pytest.raises(InvalidRequest, match="write"):
+        import_burr(rw, f"{storage}/essays", Pipeline("short", g, "outline"))
+    assert rw.count_runs() == 0
+
+
+def essays_pipeline() -> Pipeline:
+    """For `--pipeline test_integrations_burr_import:essays_pipeline` (the CLI test)."""
+    return Pipeline("essays", graph(), "outline")
