@@ -17,6 +17,7 @@ from .engine import (
     start_run, steps_from_rows,
 )
 from .engine.plan import ForkPlan, plan_fork
+from .integrations.live import LiveSinks
 from .errors import InvalidRequest, NotFound, RewindError, StoreError
 from .models import Run, RunStatus, Step, TrajectoryDiff
 from .store import SQLStore, open_store
@@ -55,10 +56,14 @@ class Rewind:
     """A handle on one store: run, fork, resume, diff and audit pipelines."""
 
     def __init__(self, url: Any = None, pipelines: Optional[list] = None, *,
-                 owner: Optional[str] = None, admin: bool = False):
+                 owner: Optional[str] = None, admin: bool = False,
+                 burr_tracking: Optional[str] = None, burr_project: Optional[str] = None,
+                 otel: Optional[bool] = None):
         """`owner` (a signed-in user's email): runs are recorded as theirs and other owners'
         runs are not found; with none, single-user mode (every run visible). `admin=True`
-        sees every owner's runs and may purge the cache and run gc."""
+        sees every owner's runs and may purge the cache and run gc. `burr_tracking` (a
+        directory; `REWIND_BURR_TRACKING`) writes every run in Burr's tracker layout for Burr's
+        UI, `otel=True` (`REWIND_OTEL=1`) sends each run to OpenTelemetry as it records."""
         if owner is not None and (not isinstance(owner, str) or not owner.strip()):
             raise InvalidRequest(f"owner must be a non-empty string (an email), not {owner!r}",
                                  field="owner")
@@ -71,10 +76,12 @@ class Rewind:
         # REWIND_PIPELINES entries that could not be loaded: {entry: the error}, for a banner
         self.pipeline_errors: dict = {}
         self._heartbeat = Heartbeat(self.store)
+        self._sinks = LiveSinks.from_options(burr_tracking, burr_project, otel)
         for p in pipelines or []:
             self.register(p)
 
     def close(self) -> None:
+        self._sinks.close()
         self.store.close()
 
     def __enter__(self) -> "Rewind":
@@ -231,9 +238,11 @@ class Rewind:
         (part of each step's key); a run that stops at a halt condition is `halted`. Cache hits
         are served unless `use_cache=False`. A failing node does not raise: the run comes back
         `failed`."""
-        return start_run(self.store, self._heartbeat, self.pipeline(pipeline), dict(state or {}),
-                         inputs=inputs, halt_before=halt_before, halt_after=halt_after,
-                         use_cache=use_cache, on_step=on_step, owner=self.owner)
+        run = start_run(self.store, self._heartbeat, self.pipeline(pipeline), dict(state or {}),
+                        inputs=inputs, halt_before=halt_before, halt_after=halt_after,
+                        use_cache=use_cache, on_step=self._sinks.wrap(self, on_step),
+                        owner=self.owner)
+        return self._sinks.finished(self, run)
 
     def fork(self, run_id: str, at: str, edit: Optional[dict] = None,
              params: Optional[dict] = None, allow_side_effects: bool = False,
@@ -244,10 +253,12 @@ class Rewind:
         reaches; later steps get the runtime inputs recorded for them. Bad requests raise
         `RewindError` and write nothing."""
         parent_row = self._run_row(run_id)
-        return fork_run(self.store, self._heartbeat, self.pipeline(parent_row["pipeline"]),
-                        parent_row, at, edit=edit, params=params, inputs=inputs,
-                        allow_side_effects=allow_side_effects, occurrence=occurrence,
-                        use_cache=use_cache, on_step=on_step, owner=self.owner)
+        run = fork_run(self.store, self._heartbeat, self.pipeline(parent_row["pipeline"]),
+                       parent_row, at, edit=edit, params=params, inputs=inputs,
+                       allow_side_effects=allow_side_effects, occurrence=occurrence,
+                       use_cache=use_cache, on_step=self._sinks.wrap(self, on_step),
+                       owner=self.owner)
+        return self._sinks.finished(self, run)
 
     def plan_fork(self, run_id: str, at: str, edit: Optional[dict] = None,
                   params: Optional[dict] = None, occurrence: int = 1, *,
@@ -273,9 +284,10 @@ class Rewind:
         """Continue a halted, failed or interrupted run in place: the next chat turn with new
         `inputs`, or the failed step re-executed."""
         row = self._run_row(run_id)
-        return resume_run(self.store, self._heartbeat, self.pipeline(row["pipeline"]), row,
-                          inputs=inputs, halt_before=halt_before, halt_after=halt_after,
-                          on_step=on_step)
+        run = resume_run(self.store, self._heartbeat, self.pipeline(row["pipeline"]), row,
+                         inputs=inputs, halt_before=halt_before, halt_after=halt_after,
+                         on_step=self._sinks.wrap(self, on_step))
+        return self._sinks.finished(self, run)
 
     def _run_row(self, run_id: str) -> dict:
         row = self.store.get_run_row(str(run_id))
@@ -325,6 +337,28 @@ class Rewind:
 
         self._run_row(run_id)
         return snapshot(self, run_id, path, repeats=repeats, pipeline_spec=pipeline_spec)
+
+    # elsewhere -------------------------------------------------------------------------------
+    def export_burr(self, run_id: str, directory: Any, project: str = "rewind") -> Any:
+        """Write a stored run (and its ancestors) in Burr's tracker layout, for Burr's UI."""
+        from .integrations.burr_tracking import export_burr
+
+        self._run_row(run_id)
+        return export_burr(self, run_id, directory, project)
+
+    def import_burr(self, directory: Any, pipeline: Any, project: Optional[str] = None,
+                    initial_state: Optional[dict] = None) -> Any:
+        """Turn runs recorded by plain Burr's tracker into forkable Rewind runs."""
+        from .integrations.burr_import import import_burr
+
+        return import_burr(self, directory, pipeline, project, initial_state)
+
+    def export_otel(self, run_id: str, endpoint: Optional[str] = None) -> Any:
+        """Send a stored run to an OTLP/HTTP endpoint (GenAI semantic conventions)."""
+        from .integrations.otel import export_otel
+
+        self._run_row(run_id)
+        return export_otel(self, run_id, endpoint=endpoint)
 
     # maintenance ---------------------------------------------------------------------------
     def cache_stats(self) -> dict:
