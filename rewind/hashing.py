@@ -428,5 +428,13 @@ def _object_key(value: Any, path: str, depth: int) -> Any:
             "dist": fingerprint.version_of(type(value).__module__)}
 
 
-# Code fingerprints live in `fingerprint`; these names stay importable from here.
-from .fingerprint import code_fingerprint, describe_fingerprint  # noqa: E402,F401
+
+def __getattr__(name: str):
+    # Code fingerprints live in `fingerprint` (which hashes through this module); the names
+    # stay importable from here, resolved on first use so neither module imports the other
+    # while it loads.
+    if name in ("code_fingerprint", "describe_fingerprint"):
+        from . import fingerprint
+
+        return getattr(fingerprint, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

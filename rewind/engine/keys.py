@@ -18,9 +18,9 @@ from typing import Any, Optional
 
 from ..action import DETERMINISTIC, SIDE_EFFECT, TIME_BOUND, Policy, node_params, policy_of
 from ..errors import UnhashableValue
-from ..fingerprint import changed_units, describe_fingerprint
+from ..fingerprint import changed_units, code_fingerprint, describe_fingerprint
 from ..hashing import (
-    canonical_hash, canonical_parts, code_fingerprint, combine, is_internal_key, join_parts,
+    canonical_hash, canonical_parts, combine, is_internal_key, join_parts,
     param_hash, sha256_hex, strip_ignored, to_canonical,
 )
 

@@ -21,7 +21,7 @@ from ..errors import NotFound
 from ..models import RunStatus, StepStatus, normalize_overrides, overrides_at
 from .context import cache_key
 from .fork import _check_request, load_steps
-from ..hashing import code_fingerprint
+from ..fingerprint import code_fingerprint
 from .keys import changed_fields, code_of, is_expired, node_spec, recorded_overrides
 
 RERUN = "re-run"
