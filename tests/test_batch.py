@@ -80,7 +80,7 @@ def test_batch_flips_exactly_the_constructed_runs_and_reruns_free(store_url, cal
 
     # the same batch again: every fork is served from the cache
     calls_log.unlink()
-    again = batch_fork(rw, "judge", pipeline="batch-test", params={"threshold": 20}, workers=2)
+    again = batch_fork(rw, "judge", pipeline="batch-test", params={"threshold": 20}, workers=1)
     assert again.tokens_spent == 0 and app.calls(calls_log) == []
     assert {by_id[r.run_id]: r.outcome for r in again.rows} == \
         {by_id[r.run_id]: r.outcome for r in report.rows}
@@ -106,7 +106,7 @@ def test_killed_worker_loses_only_the_fork_in_flight(store_url, calls_log, tmp_p
 
     # re-running redoes the lost fork only: one judge, nothing else
     calls_log.unlink()
-    again = batch_fork(rw, "judge", pipeline="batch-test", params={"threshold": 20}, workers=2)
+    again = batch_fork(rw, "judge", pipeline="batch-test", params={"threshold": 20}, workers=1)
     assert app.calls(calls_log) == [("judge", 7)]
     assert again.tokens_spent == JUDGE
     assert {by_id[r.run_id]: r.outcome for r in again.rows}[7] == "same"
