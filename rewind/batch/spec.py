@@ -47,20 +47,22 @@ def _attribute_in(module_name: str, pipeline: Pipeline) -> Optional[str]:
 
 
 def _candidate_specs(pipeline: Pipeline) -> Iterable[str]:
-    own = getattr(pipeline, "import_spec", None) or getattr(pipeline, "spec_path", None)
+    """Cheapest first: an attribute of the module its entrypoint comes from (already imported),
+    then the specs this process was told about, then any imported module that holds it."""
+    own = getattr(pipeline, "import_spec", None)
     if isinstance(own, str):
         yield own
+    home = _entry_module(pipeline)
+    if home:
+        found = _attribute_in(home, pipeline)
+        if found:
+            yield found
     for part in os.environ.get("REWIND_PIPELINES", "").split(","):
         if part.strip():
             yield part.strip()
     from ..pipelines import BUILTIN_SPECS
 
     yield from BUILTIN_SPECS
-    home = _entry_module(pipeline)
-    if home:
-        found = _attribute_in(home, pipeline)
-        if found:
-            yield found
     for name in list(sys.modules):
         found = _attribute_in(name, pipeline)
         if found:

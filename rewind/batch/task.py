@@ -116,8 +116,7 @@ def fork_one(request: Any, run_id: str) -> dict:
                else fork.error or f"the fork ended {fork.status}")
         return _row(started=started, outcome=FAILED, reason=why, **base)
     fields = [request.outcome] if request.outcome else list(request.outcome_fields.get(source.pipeline, []))
-    fork_run = rw.get_run(fork.id)
-    a, b = _last_values(source, fields), _last_values(fork_run, fields)
+    a, b = _last_values(source, fields), _last_values(fork, fields)
     changed = sorted(f for f in set(a) | set(b) if a.get(f) != b.get(f))
     outcome = CHANGED if changed else SAME
     reason = f"{', '.join(changed)} changed" if changed else ""
