@@ -54,7 +54,11 @@ edit_text = c3.text_area("Edit (JSON object of fields the node reads)", value="{
 
 writes = sorted({w for n in nodes for w in pipeline.writes(n)})
 c1, c2, c3, c4 = st.columns(4)
-outcome = c1.selectbox("Outcome field", [LAST_WRITES] + writes, key="batch_outcome")
+# the demo's last real node checks citations; its result is the report
+outcome_options = [LAST_WRITES] + writes
+outcome = c1.selectbox("Outcome field", outcome_options, key=f"batch_outcome:{name}",
+                       index=outcome_options.index("report") if "report" in writes else 0,
+                       help="The state field that is a run's result")
 noise = c2.number_input("Noise samples", min_value=0, max_value=20, value=0, key="batch_noise",
                         help="Re-sample each re-executed node K times: is a change beyond the model's own noise?")
 executor = c3.selectbox("Executor", ["local", "ray"], key="batch_executor")
