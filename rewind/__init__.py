@@ -14,6 +14,7 @@ from .serde import register_type
 from .models import AuditReport, AuditRow, DiffRow, Run, RunStatus, Step, StepStatus, TrajectoryDiff
 
 from . import llm  # noqa: E402  (rewind.llm.chat is part of the public contract)
+from .batch import BatchReport, BatchRow  # noqa: E402
 
 __all__ = [
     "action", "tool", "Rewind", "Pipeline", "register_pipeline", "RewindError", "NotFound",
@@ -21,4 +22,5 @@ __all__ = [
     "IntegrityError", "ProviderError", "canonical_hash", "record_usage", "Run", "Step",
     "TrajectoryDiff", "DiffRow", "AuditReport", "AuditRow", "llm", "register_type",
     "RunStatus", "StepStatus", "UserError", "OperationError", "CorpusError", "CommitFailed",
+    "BatchReport", "BatchRow",
 ]

@@ -338,6 +338,12 @@ class Rewind:
         self._run_row(run_id)
         return snapshot(self, run_id, path, repeats=repeats, pipeline_spec=pipeline_spec)
 
+    def batch_fork(self, at: str, **kwargs: Any) -> Any:
+        """One change replayed across many stored runs -> `BatchReport` (see rewind.batch)."""
+        from .batch import batch_fork
+
+        return batch_fork(self, at, **kwargs)
+
     # elsewhere -------------------------------------------------------------------------------
     def export_burr(self, run_id: str, directory: Any, project: str = "rewind") -> Any:
         """Write a stored run (and its ancestors) in Burr's tracker layout, for Burr's UI."""

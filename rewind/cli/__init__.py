@@ -14,6 +14,8 @@
     rewind import run.json
     rewind pipelines
     rewind serve-llm [--host 127.0.0.1] [--port 8000]
+    rewind batch --at NODE [--pipeline P] [--runs ID,...] [--edit f=JSON] [--param k=JSON]
+                 [--limit N] [--noise-samples K] [--executor local|ray] [--workers K] [--plan]
     rewind snapshot RUN --to tests/rewind/NAME.json [--repeats K]
     rewind replay tests/rewind/NAME.json [--record none|new|all]
 

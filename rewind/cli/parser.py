@@ -72,7 +72,7 @@ def text_up_to(limit: int) -> Callable[[str], str]:
 
 
 def build_parser(prog: Optional[str] = None) -> argparse.ArgumentParser:
-    from . import compare, integrations, maintenance, runs, serve, snapshot
+    from . import batch, compare, integrations, maintenance, runs, serve, snapshot
 
     prog = prog or prog_name()
     p = Parser(
@@ -93,6 +93,6 @@ def build_parser(prog: Optional[str] = None) -> argparse.ArgumentParser:
             sp.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
         return sp
 
-    for module in (runs, compare, maintenance, serve, snapshot, integrations):
+    for module in (runs, compare, batch, maintenance, serve, snapshot, integrations):
         module.add_commands(add)
     return p
