@@ -153,7 +153,7 @@ with st.expander("Noise band: is a divergence beyond the model's own jitter?", e
     if n1.button("Compute noise band"):
         bar = st.progress(0.0, text="Sampling…")
         try:
-            nd = rw.diff(a_id, b_id, noise_samples=int(k), on_progress=progress.reporter(bar, "Sampling"))
+            nd = core.noise_diff(a_id, b_id, int(k), on_progress=progress.reporter(bar, "Sampling"))
         except Exception as e:
             bar.empty()
             st.error(f"Noise band failed: {md(e)}")

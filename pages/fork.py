@@ -5,7 +5,8 @@ points, the preview and the replay summary come from rewind_ui/fork_view.py."""
 import streamlit as st
 
 import rewind
-from rewind_ui import core, editors, fmt, selection, shell
+from rewind_ui import access, core, editors, fmt, selection, shell
+from rewind_ui import model_settings
 from rewind_ui import fork_view as view
 from rewind_ui import graph as ug
 from rewind_ui.picker import graph_picker
@@ -114,7 +115,7 @@ with right:
             kind = editors.FLOAT  # canonical JSON records 0.0 as 0: keep the float widget
         pkinds[name], praws[name] = editors.render_value_widget(st, name, value, wkey, kind=kind, name=name)
         if name == "temperature" and pkinds[name] in (editors.FLOAT, editors.INT):
-            default_t = float(core.ui_settings()["default_temperature"])
+            default_t = model_settings.default_temperature()
 
             def _use_default(k=wkey, v=default_t, kind=pkinds[name]):
                 st.session_state[k] = int(v) if kind == editors.INT else v
@@ -142,12 +143,17 @@ else:
         st.code(text, language="diff")
 
 side_nodes = view.side_effect_nodes(pipeline)
-allow = st.toggle("Allow side effects", value=False, key=f"{prefix}:side",
-                  help="Off: side-effect nodes are dry-run (recorded, not performed)")
+if access.side_effects_allowed():
+    allow = st.toggle("Allow side effects", value=False, key=f"{prefix}:side",
+                      help="Off: side-effect nodes are dry-run (recorded, not performed)")
+else:  # the server decides: a visitor cannot make the demo publish for real
+    allow = False
 if allow:
     st.warning(view.side_effects_warning(side_nodes))
 elif side_nodes:
-    st.caption("Side-effect nodes (" + ", ".join(md(n) for n in side_nodes) + ") will be dry-run.")
+    st.caption("Side-effect nodes (" + ", ".join(md(n) for n in side_nodes) + ") will be dry-run"
+               + ("." if access.side_effects_allowed() else
+                  f": this server does not allow side effects from the dashboard ({access.SIDE_EFFECTS_ENV})."))
 
 # --- replay ------------------------------------------------------------------------------------
 if st.button("▶ Replay", type="primary"):
@@ -160,7 +166,7 @@ if st.button("▶ Replay", type="primary"):
                 status.markdown(fmt.status_dot("inherited") + " inherited from the parent: " + fmt.keys_list(inherited))
             try:
                 forked = rw.fork(run.id, at=point.node, edit=edit or None, params=params or None,
-                                 allow_side_effects=bool(allow), occurrence=point.occurrence,
+                                 allow_side_effects=bool(allow) and access.side_effects_allowed(), occurrence=point.occurrence,
                                  on_step=lambda s: status.markdown(fmt.step_line(s)))
             except Exception as e:  # RewindError names the problem; anything else is still shown
                 forked = None

@@ -1,8 +1,11 @@
 """Thin UI helpers for the Streamlit dashboard (app.py, pages/). Not part of `rewind`:
 `rewind` never imports streamlit; this package only calls rewind's public API.
 
-    shell       the app shell: the four pages, navigation, page config, sidebar, page guard
-    core        the Rewind handle per store URL, cached read queries, registered pipelines
+    shell       the app shell: the sign-in gate, the four pages, navigation, sidebar, page guard
+    access      who is signed in (Streamlit OIDC), admins, loopback-only without sign-in,
+                whether the server allows side effects
+    core        the Rewind handle per (store URL, owner), cached read queries, registered pipelines
+    model_settings  this browser session's provider, base URL, model, own key, temperature
     selection   session selection (run, node, fork point, diff pair), deep links, URL sync
     picker      the graph + step picker component shared by Runs, Fork and Diff
     progress    the progress bar behind audit and noise-band callbacks
@@ -11,6 +14,7 @@
 pure (no streamlit import, tested in tests/test_ui_views.py):
 
     fmt         every number, time, hash, label and safe text the dashboard prints
+    redact      another owner's run ids taken out of reasons before a page draws them
     graph       graph specs: node colours and tooltips by step status or diff outcome
     steps       the picker's choices and how a deep link or a click becomes one
     charts      the plotly bar charts

@@ -1,5 +1,10 @@
-"""The dashboard's handle on Rewind: one `Rewind` per store URL (st.cache_resource), cached
-read queries invalidated by a version counter, the demo pipeline and the registered ones.
+"""The dashboard's handle on Rewind: one `Rewind` per (store URL, owner, admin) scope
+(st.cache_resource), cached read queries keyed by that scope and invalidated by a version
+counter, the demo pipeline and the registered ones.
+
+The scope comes from rewind_ui/access.py: the signed-in user's email as owner (an admin's
+handle sees every run), or no owner in single-user mode. Every cached query takes the scope as
+its first argument, so one user's cached rows can never answer another user's query.
 
 Everything here goes through the public API of `rewind`; pages never see SQL. Records that
 rewind returns as dicts today (lineage, alarms, the next node) are read through `_get`, which
@@ -19,6 +24,7 @@ import streamlit as st
 import rewind
 from rewind import Rewind
 
+from . import access, redact
 from .fmt import fmt_ts, to_jsonable
 
 DEMO_MODULE = "rewind.pipelines.research"
@@ -45,9 +51,19 @@ def db_url() -> str:
     return url
 
 
-@st.cache_resource(show_spinner=False)
-def _handle(url: str) -> Rewind:
-    return Rewind(url)
+def scope() -> tuple:
+    """(url, owner, admin) of this script run; raises access.AccessDenied for a visitor who
+    is not signed in while sign-in is configured (never a see-all scope by accident)."""
+    v = access.viewer()
+    return (db_url(), v.owner, bool(v.admin and v.owner is not None))
+
+
+@st.cache_resource(show_spinner=False, max_entries=256)
+def _handle(url: str, owner: Optional[str] = None, admin: bool = False) -> Rewind:
+    if owner is None:
+        return Rewind(url)  # single-user mode: every run
+    # the core's run isolation: another owner's runs are not found through this handle
+    return Rewind(url, owner=owner, admin=admin)
 
 
 _demo_lock = threading.Lock()
@@ -81,7 +97,7 @@ def demo_error() -> Optional[str]:
 
 def get_rw() -> Rewind:
     demo_module()
-    return _handle(db_url())
+    return _handle(*scope())
 
 
 def rw_url() -> str:
@@ -140,44 +156,66 @@ def _run_row(r: Any) -> dict:
 
 
 @st.cache_data(ttl=QUERY_TTL_S, max_entries=256, show_spinner=False)
-def _runs_page(url: str, ver: int, pipeline: Optional[str], status: Optional[str],
+def _runs_page(sc: tuple, ver: int, pipeline: Optional[str], status: Optional[str],
                forks_only: bool, search: Optional[str], limit: int, offset: int) -> list:
-    rw = _handle(url)
+    rw = _handle(*sc)
     runs = rw.list_runs(pipeline=pipeline, status=status, search=search, limit=limit,
                         offset=offset, forks_only=forks_only)
     return [_run_row(r) for r in runs]
 
 
 @st.cache_data(ttl=QUERY_TTL_S, max_entries=256, show_spinner=False)
-def _runs_count(url: str, ver: int, pipeline: Optional[str], status: Optional[str],
+def _runs_count(sc: tuple, ver: int, pipeline: Optional[str], status: Optional[str],
                 forks_only: bool, search: Optional[str]) -> int:
     filters: dict = {"pipeline": pipeline, "status": status, "search": search}
     if forks_only:
         filters["forks_only"] = True
-    return int(_handle(url).count_runs(**filters))
+    return int(_handle(*sc).count_runs(**filters))
 
 
 def runs_page(pipeline=None, status=None, forks_only=False, search=None, limit=50, offset=0) -> list:
     get_rw()
-    return _runs_page(db_url(), version(), pipeline or None, status or None, bool(forks_only),
+    return _runs_page(scope(), version(), pipeline or None, status or None, bool(forks_only),
                       (search or "").strip() or None, int(limit), int(offset))
 
 
 def runs_count(pipeline=None, status=None, forks_only=False, search=None) -> int:
     get_rw()
-    return _runs_count(db_url(), version(), pipeline or None, status or None, bool(forks_only),
+    return _runs_count(scope(), version(), pipeline or None, status or None, bool(forks_only),
                        (search or "").strip() or None)
 
 
+def _sees_all(sc: tuple) -> bool:
+    return sc[1] is None or bool(sc[2])
+
+
+def _visible_in(sc: tuple) -> Any:
+    """visible(run_id) for this scope, memoised for one record (the scrubbers ask per step)."""
+    rw, memo = _handle(*sc), {}
+
+    def visible(run_id: str) -> bool:
+        if run_id not in memo:
+            try:
+                rw.get_run(run_id)
+                memo[run_id] = True
+            except rewind.RewindError:
+                memo[run_id] = False
+        return memo[run_id]
+
+    return visible
+
+
 @st.cache_resource(ttl=QUERY_TTL_S * 4, max_entries=64, show_spinner=False)
-def _get_run(url: str, ver: int, run_id: str) -> Any:
-    return _handle(url).get_run(run_id)
+def _get_run(sc: tuple, ver: int, run_id: str) -> Any:
+    run = _handle(*sc).get_run(run_id)
+    # a cache hit's reason names the run the entry came from: maybe another owner's
+    return run if _sees_all(sc) else redact.run(run, _visible_in(sc))
 
 
 def get_run(run_id: str) -> Any:
     """The full Run (raises rewind.NotFound)."""
     get_rw()
-    return _get_run(db_url(), version(), str(run_id))
+    return _get_run(scope(), version(), str(run_id))
 
 
 def find_run(run_id: Optional[str]) -> Optional[Any]:
@@ -190,8 +228,8 @@ def find_run(run_id: Optional[str]) -> Optional[Any]:
 
 
 @st.cache_data(ttl=QUERY_TTL_S, max_entries=128, show_spinner=False)
-def _lineage(url: str, ver: int, run_id: str) -> dict:
-    lin = _handle(url).lineage(run_id)
+def _lineage(sc: tuple, ver: int, run_id: str) -> dict:
+    lin = _handle(*sc).lineage(run_id)
 
     def row_of(a: Any) -> Any:  # an ancestor's run row (a dict today), or the record itself
         return _get(a, "row") if _get(a, "row") is not None else a
@@ -210,11 +248,27 @@ def _lineage(url: str, ver: int, run_id: str) -> dict:
     }
 
 
+def visible(run_id: Optional[str]) -> bool:
+    """Whether this viewer may see run `run_id` (another owner's run is not found)."""
+    return find_run(run_id) is not None
+
+
 def lineage(run_id: str) -> dict:
     """{"ancestors": [{id, missing, fork_node, summary}], "children": [{id, fork_node, status,
-    total_tokens}]} (oldest ancestor first)."""
+    total_tokens}]} (oldest ancestor first). For an owner's scope, a relative owned by someone
+    else is never named: an ancestor shows as missing without its summary, a child is left out
+    (the core hides them too; this holds whatever the core's lineage returns)."""
     get_rw()
-    return _lineage(db_url(), version(), str(run_id))
+    sc = scope()
+    lin = _lineage(sc, version(), str(run_id))
+    if _sees_all(sc):
+        return lin
+    return {
+        "ancestors": [a if visible(a["id"]) else
+                      {"id": "another owner's run", "missing": True, "fork_node": None, "summary": None}
+                      for a in lin["ancestors"]],
+        "children": [c for c in lin["children"] if visible(c["id"])],
+    }
 
 
 def next_node(run_id: str) -> Optional[dict]:
@@ -231,55 +285,68 @@ def next_node(run_id: str) -> Optional[dict]:
 
 
 @st.cache_resource(ttl=QUERY_TTL_S * 4, max_entries=64, show_spinner=False)
-def _graph(url: str, ver: int, run_id: str) -> tuple:
-    rw = _handle(url)
-    nodes, edges = rw.graph(_get_run(url, ver, run_id))
+def _graph(sc: tuple, ver: int, run_id: str) -> tuple:
+    rw = _handle(*sc)
+    nodes, edges = rw.graph(_get_run(sc, ver, run_id))
     return list(nodes), [tuple(e) for e in edges]
 
 
 def graph_of(run: Any) -> tuple:
     get_rw()
-    return _graph(db_url(), version(), run.id)
+    return _graph(scope(), version(), run.id)
 
 
 ALARM_FIELDS = ("node", "input_hash", "output_hash_a", "output_hash_b", "run_id", "created_at")
 
 
 @st.cache_data(ttl=QUERY_TTL_S, max_entries=8, show_spinner=False)
-def _alarms(url: str, ver: int) -> list:
-    return [{k: _get(a, k) for k in ALARM_FIELDS} for a in _handle(url).alarms()]
+def _alarms(sc: tuple, ver: int) -> list:
+    return [{k: _get(a, k) for k in ALARM_FIELDS} for a in _handle(*sc).alarms()]
 
 
 def alarms() -> list:
     get_rw()
-    return _alarms(db_url(), version())
+    return _alarms(scope(), version())
 
 
 def alarms_for(run: Any) -> list:
-    """Nondeterminism alarms that concern a run: raised by it, or on a (node, input hash) it ran."""
+    """Nondeterminism alarms that concern a run: raised by it, or on a (node, input hash) it ran.
+    For an owner's scope, only alarms raised by runs this viewer can see: an alarm raised by
+    another owner's run would name that run and tell what their step returned."""
     keys = {(s.node, s.input_hash) for s in run.steps}
-    return [a for a in alarms() if a["run_id"] == run.id or (a["node"], a["input_hash"]) in keys]
+    found = [a for a in alarms() if a["run_id"] == run.id or (a["node"], a["input_hash"]) in keys]
+    if _sees_all(scope()):
+        return found
+    return [a for a in found if a["run_id"] == run.id or visible(a["run_id"])]
 
 
 @st.cache_resource(ttl=QUERY_TTL_S * 4, max_entries=32, show_spinner=False)
-def _diff(url: str, ver: int, a: str, b: str) -> Any:
-    return _handle(url).diff(a, b)
+def _diff(sc: tuple, ver: int, a: str, b: str) -> Any:
+    d = _handle(*sc).diff(a, b)
+    return d if _sees_all(sc) else redact.diff(d, _visible_in(sc))
 
 
 def diff(a: str, b: str) -> Any:
     get_rw()
-    return _diff(db_url(), version(), str(a), str(b))
+    return _diff(scope(), version(), str(a), str(b))
+
+
+def noise_diff(a: str, b: str, samples: int, on_progress: Any = None) -> Any:
+    """The diff with a noise band of `samples` re-samples per node (spends tokens; not cached)."""
+    sc = scope()
+    d = get_rw().diff(str(a), str(b), noise_samples=int(samples), on_progress=on_progress)
+    return d if _sees_all(sc) else redact.diff(d, _visible_in(sc))
 
 
 @st.cache_data(ttl=QUERY_TTL_S, max_entries=8, show_spinner=False)
-def _cache_stats(url: str, ver: int) -> dict:
-    stats = _handle(url).cache_stats()
+def _cache_stats(sc: tuple, ver: int) -> dict:
+    stats = _handle(*sc).cache_stats()
     return dict(stats) if isinstance(stats, dict) else to_jsonable(stats)
 
 
 def cache_stats() -> dict:
     get_rw()
-    return _cache_stats(db_url(), version())
+    return _cache_stats(scope(), version())
 
 
 def pipeline_names() -> list:
@@ -293,9 +360,24 @@ def find_pipeline(name: str) -> Optional[Any]:
         return None
 
 
-# --- process-wide UI settings ------------------------------------------------------------------
 
-@st.cache_resource(show_spinner=False)
-def ui_settings() -> dict:
-    """Settings shared by every session of this server (never holds a secret)."""
-    return {"default_temperature": 0.7}
+# --- maintenance: admins only ----------------------------------------------------------------------
+
+def can_maintain() -> bool:
+    """Purging the cache and gc touch every owner's data: admins only (and the single user)."""
+    return access.viewer().admin
+
+
+def _require_admin(what: str) -> Rewind:
+    v = access.viewer()
+    if not v.admin:
+        raise access.AccessDenied(f"{what} is for admins only ({access.ADMINS_ENV}); {v.owner} is not one")
+    return get_rw()
+
+
+def purge_cache(older_than_days: float, dry_run: bool = False) -> int:
+    return int(_require_admin("purging the cache").purge_cache(float(older_than_days), dry_run=dry_run))
+
+
+def gc(older_than_days: float, dry_run: bool = False) -> dict:
+    return dict(_require_admin("gc").gc(float(older_than_days), dry_run=dry_run))

@@ -22,7 +22,7 @@ from typing import Optional
 
 import streamlit as st
 
-from . import core, selection
+from . import access, core, model_settings, selection
 
 RUNS_PAGE = "pages/runs.py"
 FORK_PAGE = "pages/fork.py"
@@ -65,6 +65,13 @@ def run_app() -> None:
     """app.py's whole body: page config, navigation, sidebar, then the chosen page."""
     st.set_page_config(page_title=PAGE_TITLE, page_icon=PAGE_ICON, layout="wide")
     listed = pages()
+    try:
+        viewer = access.viewer()
+    except access.AccessDenied:
+        # declared (hidden) so that Streamlit leaves its legacy pages mode, but never run
+        st.navigation(listed, position="hidden")
+        access.gate()  # draws the sign-in page (or why access is refused) and stops
+        raise
     page = st.navigation(listed, position="sidebar")
     if "_session_seen" not in st.session_state:
         # a new browser session reads fresh data (cached queries otherwise live a few seconds)
@@ -79,9 +86,11 @@ def run_app() -> None:
         st.caption("Rewind · counterfactual replay for LLM pipelines")
         if st.button("↻ Refresh data", help="Re-read runs written by other processes"):
             core.bump()
+        access.sidebar_account(viewer)
     _inside.active = True
     try:
-        page.run()
+        with model_settings.active():
+            page.run()
     finally:
         _inside.active = False
 
