@@ -14,6 +14,8 @@ The API key is only ever read from the environment and never appears in a messag
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import hashlib
 import os
 import re
@@ -21,7 +23,7 @@ import threading
 import time
 import urllib.parse
 from collections.abc import Iterable
-from typing import Any, Optional
+from typing import Any, Iterator, Optional
 
 from . import openai_meter, sim
 from .errors import ProviderError
@@ -35,7 +37,7 @@ __all__ = [
     "provider_info",
     "record_usage",
     "reset",
-    "reset_client",
+    "reset_client", "session_settings",
     "SIMULATOR",
     "OPENAI",
 ]
@@ -111,25 +113,65 @@ def configure(
     return provider_info()
 
 
+# Model settings chosen for one browser session (the dashboard): they apply to the model calls
+# made inside `session_settings`, in this thread and in threads that copy its context, and to
+# nobody else.
+_session: contextvars.ContextVar = contextvars.ContextVar("rewind_llm_session", default=None)
+
+
+@contextlib.contextmanager
+def session_settings(*, provider: Optional[str] = None, base_url: Optional[str] = None,
+                     api_key: Optional[str] = None, model: Optional[str] = None) -> Iterator[dict]:
+    """Use these model settings for the calls made inside the block (one user's session).
+
+    `provider` is "simulator", "openai" or "auto"/None (the server's choice). A `base_url`
+    chosen here never receives the server's `OPENAI_API_KEY`: it gets `api_key` (the user's
+    own, never stored) or none. With no `base_url`, calls go to the server's endpoint with
+    `api_key` if given, else the server's key. Yields `provider_info()` (never a key)."""
+    p = (provider or "").strip().lower() or None
+    if p == "auto":
+        p = None
+    if p not in (None, SIMULATOR, OPENAI):
+        raise ProviderError(f"unknown provider {provider!r}: use 'simulator', 'openai' or 'auto'")
+    url = (base_url or "").strip() or None
+    if url and not re.match(r"^https?://", url, re.I):
+        raise ProviderError(f"base_url must start with http:// or https://, got {_redact_url(url)!r}")
+    token = _session.set({"provider": p, "base_url": url, "model": (model or "").strip() or None,
+                          "api_key": (api_key or "").strip() or None})
+    try:
+        yield provider_info()
+    finally:
+        _session.reset(token)
+
+
 def _resolve() -> dict:
-    """The settings in force now: configure() overrides, then the environment, then defaults."""
-    with _lock:
-        forced = _overrides["provider"]
-        conf_url = _overrides["base_url"]
-        conf_model = _overrides["model"]
+    """The settings in force now: a session's, else configure() overrides, then the
+    environment, then defaults. The server's key goes only to the server's own endpoint."""
     env_key = _env("OPENAI_API_KEY")
     env_url = _env("OPENAI_BASE_URL")
     env_provider = (_env("REWIND_PROVIDER") or "").lower() or None
+    session = _session.get()
+    if session is not None:
+        forced, conf_url, conf_model, own_key = (session["provider"], session["base_url"],
+                                                 session["model"], session["api_key"])
+    else:
+        with _lock:
+            forced = _overrides["provider"]
+            conf_url = _overrides["base_url"]
+            conf_model = _overrides["model"]
+        own_key = None
     provider = forced or (env_provider if env_provider in (SIMULATOR, OPENAI) else None)
     if provider is None:
-        provider = OPENAI if (conf_url or env_key or env_url) else SIMULATOR
+        provider = OPENAI if (conf_url or own_key or env_key or env_url) else SIMULATOR
     if provider == SIMULATOR:
         base_url = SIMULATOR_BASE_URL
         key = None
         default_model = DEFAULT_SIM_MODEL
     else:
-        base_url = conf_url or env_url or OPENAI_DEFAULT_BASE_URL
-        key = env_key
+        server_url = env_url or OPENAI_DEFAULT_BASE_URL
+        base_url = conf_url or server_url
+        same_server = base_url.rstrip("/") == server_url.rstrip("/")
+        key = own_key or (env_key if same_server else None)
         default_model = DEFAULT_REAL_MODEL
     chosen = conf_model or _env("REWIND_MODEL")
     if provider == OPENAI and _is_sim_model(chosen):

@@ -1,7 +1,7 @@
 """Thin UI helpers for the Streamlit dashboard (app.py, pages/). Not part of `rewind`:
 `rewind` never imports streamlit; this package only calls rewind's public API.
 
-    shell       the app shell: the sign-in gate, the four pages, navigation, sidebar, page guard
+    shell       the app shell: the sign-in gate, the five pages, navigation, sidebar, page guard
     access      who is signed in (Streamlit OIDC), admins, loopback-only without sign-in,
                 whether the server allows side effects
     core        the Rewind handle per (store URL, owner), cached read queries, registered pipelines

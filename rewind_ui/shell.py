@@ -1,4 +1,4 @@
-"""The app shell: the four titled pages, the navigation, the page config and the sidebar, in
+"""The app shell: the titled pages (Runs, Fork, Diff, Batch, Settings), the navigation, the page config and the sidebar, in
 one place for app.py, plus the guard every page file calls first.
 
 Why the guard: Streamlit still supports its legacy multipage mode, in which every script in a
@@ -27,6 +27,7 @@ from . import access, core, model_settings, selection
 RUNS_PAGE = "pages/runs.py"
 FORK_PAGE = "pages/fork.py"
 DIFF_PAGE = "pages/diff.py"
+BATCH_PAGE = "pages/batch.py"
 SETTINGS_PAGE = "pages/settings.py"
 
 PAGE_TITLE = "Rewind"
@@ -37,6 +38,7 @@ PAGES = (
     (RUNS_PAGE, "Runs", ":material/list:", "runs"),
     (FORK_PAGE, "Fork", ":material/call_split:", "fork"),
     (DIFF_PAGE, "Diff", ":material/difference:", "diff"),
+    (BATCH_PAGE, "Batch", ":material/dynamic_feed:", "batch"),
     (SETTINGS_PAGE, "Settings", ":material/settings:", "settings"),
 )
 # Streamlit serves the default page at `/` only, and names it by a hash of its url path: the
@@ -48,7 +50,7 @@ _inside = threading.local()
 
 
 def pages() -> list:
-    """The four titled pages (Runs is the default, at `/`), then the hidden `/runs` alias."""
+    """The titled pages (Runs is the default, at `/`), then the hidden `/runs` alias."""
     listed = [st.Page(path, title=title, icon=icon, default=i == 0,
                       url_path=_DEFAULT_INTERNAL_PATH if i == 0 else url)
               for i, (path, title, icon, url) in enumerate(PAGES)]

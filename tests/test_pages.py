@@ -362,8 +362,9 @@ def test_fork_replay_sends_only_changes_and_opens_the_diff(rw, runs):
     assert fork.id in list(at.dataframe[0].value["Run"])
 
 
-def test_fork_side_effects_warning(runs):
+def test_fork_side_effects_warning(runs, monkeypatch):
     root, _ = runs
+    monkeypatch.setenv("REWIND_ALLOW_SIDE_EFFECTS", "1")  # the server allows them (issue 13)
     at = ok(app(state={"fork_run": root.id, "fork_node": "critique"}).run())
     at = goto(at, "fork")
     side = at.toggle(key=f"fk:{root.id}:critique:side")
@@ -479,6 +480,7 @@ def test_settings_provider_form(db):
     button(at, "Apply").click()
     ok(at.run())
     assert rewind.llm.provider_info()["provider"] == "simulator"
+    assert rewind.llm.provider_info()["model"] != "sim-large"  # the session's, not the process's
     assert metrics(at)["Provider"] == "simulator"
     rewind.llm.reset()
 

@@ -1,6 +1,6 @@
 """The dashboard's pure parts without Streamlit: the view-models of the Runs, Fork and Diff
 pages on real runs, the step picker's choice logic, the one formatting module, the charts,
-and the shape of the app shell (every page guarded, four titled pages, loopback by default).
+and the shape of the app shell (every page guarded, every titled page, loopback by default).
 """
 
 from __future__ import annotations
@@ -88,7 +88,7 @@ def test_view_models_never_import_streamlit():
     assert {"runs_view", "fork_view", "diff_view", "fmt"} <= seen
 
 
-def test_every_page_runs_the_guard_before_drawing_and_the_shell_names_four_pages():
+def test_every_page_runs_the_guard_before_drawing_and_the_shell_names_every_page():
     for page in sorted((ROOT / "pages").glob("*.py")):
         body = [n for n in ast.parse(page.read_text()).body
                 if not isinstance(n, (ast.Import, ast.ImportFrom))
@@ -97,7 +97,7 @@ def test_every_page_runs_the_guard_before_drawing_and_the_shell_names_four_pages
         assert first == "shell.page_guard()", f"{page.name} starts with {first!r}"
     from rewind_ui import shell
 
-    assert [p[1] for p in shell.PAGES] == ["Runs", "Fork", "Diff", "Settings"]
+    assert [p[1] for p in shell.PAGES] == ["Runs", "Fork", "Diff", "Batch", "Settings"]
     assert sorted(p[0] for p in shell.PAGES) == sorted(f"pages/{p.name}" for p in (ROOT / "pages").glob("*.py"))
 
 
