@@ -5,7 +5,7 @@ from .action import action, tool
 from .api import Rewind, register_pipeline
 from .engine import Pipeline
 from .errors import (
-    CommitFailed, CorpusError, ForkError, IntegrityError, InvalidRequest, NotFound, OperationError,
+    CommitError, CorpusError, ForkError, IntegrityError, InvalidRequest, NotFound, OperationError,
     ProviderError, RewindError, StoreError, UndeclaredRead, UnhashableValue, UserError,
 )
 from .hashing import canonical_hash
@@ -21,6 +21,6 @@ __all__ = [
     "InvalidRequest", "UnhashableValue", "UndeclaredRead", "ForkError", "StoreError",
     "IntegrityError", "ProviderError", "canonical_hash", "record_usage", "Run", "Step",
     "TrajectoryDiff", "DiffRow", "AuditReport", "AuditRow", "llm", "register_type",
-    "RunStatus", "StepStatus", "UserError", "OperationError", "CorpusError", "CommitFailed",
+    "RunStatus", "StepStatus", "UserError", "OperationError", "CorpusError", "CommitError",
     "BatchReport", "BatchRow",
 ]

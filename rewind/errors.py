@@ -10,7 +10,7 @@
     └── OperationError               exit 1; a valid request failed: database, data or provider
         ├── StoreError
         │   ├── IntegrityError
-        │   └── CommitFailed
+        │   └── CommitError
         ├── ProviderError
         └── CorpusError
 
@@ -85,9 +85,8 @@ class IntegrityError(StoreError):
     """Raised when a stored blob no longer matches its content hash."""
 
 
-class CommitFailed(StoreError):
-    """Raised when a write to the database failed twice (with a reconnect between); everything
-    committed before it is intact and the run can be resumed."""
+class CommitError(StoreError):
+    """Raised when a commit failed twice (a reconnect between); what was committed stays intact."""
 
 
 class ProviderError(OperationError):

@@ -10,7 +10,7 @@ import threading
 
 import pytest
 
-from rewind import CommitFailed, Rewind
+from rewind import CommitError, Rewind
 
 import shapes
 
@@ -80,7 +80,7 @@ def test_a_failed_commit_at_any_point_of_a_run_loses_nothing(store_url, tmp_path
         topic = f"fault {failures}x at commit {n}"
         try:
             run = rw.run(shapes.linear(), {"topic": topic})
-        except CommitFailed:
+        except CommitError:
             run = None
         flaky.fail_at = set()
         assert _orphans(rw.store) == {"steps without a run": 0, "running runs": 0,
@@ -111,7 +111,7 @@ def test_a_failed_commit_of_a_fork_returns_a_readable_run_or_leaves_nothing(stor
         flaky.fail_at = set(range(n, n + failures))
         try:
             fork = edit_fork(rw)
-        except CommitFailed:
+        except CommitError:
             fork = None
         flaky.fail_at = set()
         after = {r.id for r in rw.list_runs(limit=1000)}

@@ -18,7 +18,7 @@ from typing import Any, Callable, Optional
 
 from .. import serde
 from ..action import runtime_input_names
-from ..errors import CommitFailed, RewindError
+from ..errors import CommitError, RewindError
 from ..hashing import canonical_parts, combine, is_internal_key, sha256_hex
 from ..models import Step, StepStatus, normalize_overrides, overrides_at
 from .keys import NodeSpec, node_spec
@@ -256,7 +256,7 @@ class ExecutionContext:
                 logger.warning("commit of run %s failed (attempt %d): %s", self.run_id, attempt, e)
                 self.store.reset_connection()
                 if attempt == 2:
-                    raise CommitFailed(
+                    raise CommitError(
                         f"could not write run {self.run_id} to {self.store.url}: "
                         f"{type(e).__name__}: {e}. Everything committed before is intact; "
                         "resume the run once the database is reachable", run_id=self.run_id,

@@ -16,7 +16,7 @@ from typing import Any, Callable, Optional
 
 from burr.core import ApplicationBuilder, State
 
-from ..errors import CommitFailed, InvalidRequest, RewindError
+from ..errors import CommitError, InvalidRequest, RewindError
 from ..models import Run, RunStatus, StepStatus
 from ..store import PARTITION_KEY, RUN_COLUMNS
 from . import burr_compat
@@ -90,7 +90,7 @@ def execute(ctx: ExecutionContext, app: Any, heartbeat: Heartbeat, started: floa
     token = CURRENT.set(ctx)
     try:
         status = drive(ctx, app, halts or Halts())
-    except CommitFailed as e:  # the database, not the node: the run is resumable as it stands
+    except CommitError as e:  # the database, not the node: the run is resumable as it stands
         status, error = RunStatus.INTERRUPTED, str(e)
     except Exception as e:
         status = RunStatus.FAILED
@@ -123,7 +123,7 @@ def finalize(ctx: ExecutionContext, fields: dict) -> None:
         return
     try:
         ctx.commit(lambda s: s.update_run(ctx.run_id, **fields))
-    except CommitFailed:
+    except CommitError:
         try:
             with ctx.store.transaction():
                 ctx.store.update_run(ctx.run_id, status=str(RunStatus.INTERRUPTED),
