@@ -53,7 +53,8 @@ def step_cost(step: Any) -> int:
         return int(step.tokens_saved or 0)
     if step.status == "inherited":
         return int(getattr(step, "inherited_cost", 0) or 0)
-    return int(step.tokens or 0)
+    # an executed step's model calls answered from the model-call cache were saved, not free
+    return int(step.tokens or 0) + int(step.tokens_saved or 0)
 
 
 def step_dollars(step: Any, prices: Optional[dict] = None) -> Optional[float]:

@@ -24,7 +24,7 @@ from tests.test_demo_over_http import free_port, wait_until_serving
 
 pytest_plugins = ["pytester"]
 
-PLUGIN = ("-p", "rewind.testing.plugin", "-p", "no:cacheprovider")
+PLUGIN = ("-p", "no:rewind", "-p", "rewind.testing.plugin", "-p", "no:cacheprovider")  # the module itself, not the installed entry point
 USER_MODULES = ("prompts", "pipe", "noisy")
 
 PROMPTS = '''

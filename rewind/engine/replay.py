@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+from contextlib import nullcontext
 from typing import Any, Optional
 
 from burr.core import State
@@ -22,6 +23,8 @@ from ..errors import RewindError
 from ..hashing import sha256_hex
 from ..metering import StepMeter
 from ..models import StepStatus
+from ..model_calls import serving
+from .calls import for_step as model_call_cache
 from .context import CURRENT, ExecutionContext, StepRecord
 from .keys import NodeSpec, is_expired, keeps_first_output, miss_reason
 from .node import apply_outputs, execute_node
@@ -203,19 +206,22 @@ class ReplayAction(SingleStepAction):
         if record.integrity_note:
             record.reason += f" (cache entry rejected: {record.integrity_note})"
         meter = StepMeter(node=spec.node, tool_store=ctx.store if ctx.use_cache else None)
+        calls = model_call_cache(ctx, spec)
         try:
-            with filewatch.track_reads() as reads:
+            with filewatch.track_reads() as reads, (serving(calls) if calls else nullcontext()):
                 done = execute_node(spec.node, spec.runner, record.readable, spec.reads,
                                     spec.writes, run_kwargs, state, meter=meter)
             record.files = dict(reads.files)
             self._finish_outputs(ctx, spec, record, done.outputs, done.deleted)
         except BaseException as e:
-            self._metered(record, meter)
+            self._metered(record, meter, calls)
             record.fail(f"{type(e).__name__}: {e}")
             record.latency_ms = (time.perf_counter() - started) * 1000
             ctx.last_error = f"{spec.node}: {record.error}"
             raise
-        self._metered(record, meter)
+        self._metered(record, meter, calls)
+        if calls is not None:
+            calls.remember(meter.calls)
         if policy.cacheable:
             self._cache_entry(ctx, spec, record, entry, expired)
         # one-time set-up (the tokenizer, the client) is the process's cost, not the node's
@@ -234,9 +240,16 @@ class ReplayAction(SingleStepAction):
         return EarlierVisit(entry_meta(entry)) if entry is not None else None
 
     @staticmethod
-    def _metered(record: StepRecord, meter: StepMeter) -> None:
+    def _metered(record: StepRecord, meter: StepMeter, calls: Optional[Any] = None) -> None:
         record.prompt_tokens, record.completion_tokens = meter.prompt_tokens, meter.completion_tokens
         record.calls = [c.to_dict() for c in meter.calls]
+        if calls is not None and calls.served:  # answered from the model-call cache: not paid
+            prompt, completion = calls.served_tokens
+            record.prompt_tokens = max(record.prompt_tokens - prompt, 0)
+            record.completion_tokens = max(record.completion_tokens - completion, 0)
+            record.tokens_saved += prompt + completion
+            record.reason += (f" ({len(calls.served)} of {len(meter.calls)} model calls served "
+                              "from the model-call cache)")
 
     # --- outputs -------------------------------------------------------------------------------
     @staticmethod
