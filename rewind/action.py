@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import inspect
+import json
 import time
 import types
 from typing import Any, Callable, Iterable, Optional, Sequence
@@ -195,6 +196,17 @@ def param_names(burr_action: Any) -> set:
     }
 
 
+def _tool_record(name: str, started: float, cached: bool, error: Optional[str], args: tuple,
+                 kwargs: dict, result: Any) -> dict:
+    """A tool call as the step keeps it (values in their JSON spelling, or their repr)."""
+    from .engine.keys import params_json
+
+    return {"name": name, "started_at": started, "latency_ms": (time.time() - started) * 1000,
+            "cached": cached, "error": error,
+            "args": json.loads(params_json({"args": list(args), "kwargs": dict(kwargs)})),
+            "result": None if error else json.loads(params_json({"value": result}))["value"]}
+
+
 def tool(name: Optional[str] = None, ttl: Optional[float] = None) -> Callable:
     """Cache a tool call made inside a node, keyed by (tool, hash of its arguments).
 
@@ -209,18 +221,29 @@ def tool(name: Optional[str] = None, ttl: Optional[float] = None) -> Callable:
         def wrapper(*args, **kwargs):
             meter = metering.current_meter()
             store = meter.tool_store if meter is not None else None
-            if store is None:
+            if meter is None:
                 return fn(*args, **kwargs)
-            from .hashing import canonical_hash
+            started, cached, error, result = time.time(), False, None, None
+            try:
+                if store is None:  # an audit: the tool really runs
+                    result = fn(*args, **kwargs)
+                    return result
+                from .hashing import canonical_hash
 
-            args_hash = canonical_hash({"args": list(args), "kwargs": kwargs})
-            hit = store.tool_cache_get(tool_name, args_hash, ttl, time.time())
-            if hit is not None:
-                meter.tool_hits += 1
-                return hit[0]
-            result = fn(*args, **kwargs)
-            store.tool_cache_put(tool_name, args_hash, result, time.time())
-            return result
+                args_hash = canonical_hash({"args": list(args), "kwargs": kwargs})
+                hit = store.tool_cache_get(tool_name, args_hash, ttl, time.time())
+                if hit is not None:
+                    meter.tool_hits += 1
+                    cached, result = True, hit[0]
+                    return result
+                result = fn(*args, **kwargs)
+                store.tool_cache_put(tool_name, args_hash, result, time.time())
+                return result
+            except BaseException as e:
+                error = f"{type(e).__name__}: {e}"
+                raise
+            finally:
+                meter.tools.append(_tool_record(tool_name, started, cached, error, args, kwargs, result))
 
         wrapper.tool_name = tool_name
         wrapper.ttl = ttl

@@ -52,6 +52,8 @@ class StepMeter:
     init_ms: float = 0.0
     # Every model call of the step, in order (`ModelCall`), for the step record.
     calls: list = dataclasses.field(default_factory=list)
+    # the `rewind.tool` calls the step made: {name, started_at, latency_ms, cached, error, args, result}
+    tools: list = dataclasses.field(default_factory=list)
 
     @property
     def tokens(self) -> int:

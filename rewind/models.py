@@ -69,6 +69,8 @@ class Step:
     files: dict = dataclasses.field(default_factory=dict, repr=False)   # file read -> hash
     # the model calls the step made: model, messages, params, response text, tokens, latency
     calls: list = dataclasses.field(default_factory=list, repr=False)
+    # the rewind.tool calls it made: name, started_at, latency_ms, cached, error, args, result
+    tools: list = dataclasses.field(default_factory=list, repr=False)
     # an inherited step's cost in the run it comes from (see rewind.costs)
     inherited_cost: int = 0
 

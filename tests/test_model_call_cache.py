@@ -88,3 +88,14 @@ def test_use_cache_false_sends_every_call(rw, base_url):  # noqa: F811
     before = requests_served(base_url)
     rw.run(PIPELINE, {"question": "q2", "style": "plain"}, use_cache=False)
     assert requests_served(base_url) == before + 2
+
+
+def test_tool_calls_are_recorded_on_the_step(tmp_path):
+    from rewind.pipelines.research import pipeline as demo
+
+    rw = Rewind(str(tmp_path / "tools.db"))
+    run = rw.run(demo, {"question": "How do Python generators work?"}, use_cache=False)
+    tools = rw.get_run(run.id).step("research").tools
+    assert tools and all(t["name"] == "rewind.pipelines.corpus.search" for t in tools)
+    assert all(t["error"] is None and t["cached"] is False and t["latency_ms"] >= 0 for t in tools)
+    assert tools[0]["args"]["args"] and tools[0]["result"] is not None

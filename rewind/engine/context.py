@@ -61,6 +61,7 @@ class StepRecord:
     files_changed: list = dataclasses.field(default_factory=list)  # why a hit was refused
     output_field_hashes: dict = dataclasses.field(default_factory=dict)
     calls: list = dataclasses.field(default_factory=list)    # model calls (ModelCall dicts)
+    tools: list = dataclasses.field(default_factory=list)    # rewind.tool calls
     integrity_note: Optional[str] = None   # why a cache entry was unusable
     deleted: list = dataclasses.field(default_factory=list)  # fields a served step removes
 

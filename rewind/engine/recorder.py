@@ -59,11 +59,14 @@ def record_step(ctx: ExecutionContext, record: StepRecord, sequence_id: Optional
         doc_fields["files"] = record.files
     if record.calls:  # what the model was asked and answered, for the step view
         doc_fields["calls"] = record.calls
+    if record.tools:
+        doc_fields["tools"] = record.tools
     doc_hash, doc_data = ctx.store.memo_doc(
         ("step", tuple(record.field_hashes.items()), tuple(record.inputs.items()),
          tuple(outputs.items()), record.output_hash, record.input_hash, record.params_json,
          tuple(record.runtime.items()), tuple(record.units.items()), tuple(record.files.items()),
-         json.dumps(record.calls, sort_keys=True, default=str) if record.calls else None),
+         json.dumps([record.calls, record.tools], sort_keys=True, default=str)
+         if record.calls or record.tools else None),
         lambda: doc_fields,
     )
     if doc_hash not in ctx.new_blobs:
@@ -96,7 +99,7 @@ def record_step(ctx: ExecutionContext, record: StepRecord, sequence_id: Optional
         run_id=ctx.run_id, source_run=record.source_run, started_at=record.started_at,
         input_refs=dict(record.inputs), output_refs=dict(outputs),
         runtime_refs=dict(record.runtime), units=dict(record.units), files=dict(record.files),
-        calls=list(record.calls),
+        calls=list(record.calls), tools=list(record.tools),
         _loader=ctx.store.values,
     )
     ctx.steps.append(step)
@@ -144,6 +147,7 @@ def step_from_row(row: dict, store: Any, docs: Optional[dict] = None,
         input_refs=field("inputs"), output_refs=field("outputs"),
         runtime_refs=dict(doc.get("runtime") or {}), units=dict(doc.get("units") or {}),
         files=dict(doc.get("files") or {}), calls=list(doc.get("calls") or []),
+        tools=list(doc.get("tools") or []),
         _loader=store.values,
     )
 

@@ -243,6 +243,7 @@ class ReplayAction(SingleStepAction):
     def _metered(record: StepRecord, meter: StepMeter, calls: Optional[Any] = None) -> None:
         record.prompt_tokens, record.completion_tokens = meter.prompt_tokens, meter.completion_tokens
         record.calls = [c.to_dict() for c in meter.calls]
+        record.tools = list(meter.tools)
         if calls is not None and calls.served:  # answered from the model-call cache: not paid
             prompt, completion = calls.served_tokens
             record.prompt_tokens = max(record.prompt_tokens - prompt, 0)
