@@ -371,14 +371,10 @@ class Rewind:
         return self.store.cache_stats()
 
     def purge_cache(self, older_than_days: float, dry_run: bool = False) -> int:
+        from .maintenance.gc import older_than
+
         self._require_admin("purge the cache")
-        try:
-            days = float(older_than_days)
-        except (TypeError, ValueError):
-            days = float("nan")
-        if not (0 <= days < float("inf")):  # NaN compares false: refused too
-            raise InvalidRequest(f"older_than_days must be a number >= 0, not {older_than_days!r}",
-                                 field="older_than_days")
+        days = older_than(older_than_days)
         return self.store.purge_cache(days * 86400, dry_run=dry_run)
 
     def alarms(self, node: Optional[str] = None) -> list:
