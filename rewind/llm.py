@@ -37,7 +37,7 @@ __all__ = [
     "provider_info",
     "record_usage",
     "reset",
-    "reset_client", "session_settings",
+    "reset_client", "session_settings", "endpoint_identity",
     "SIMULATOR",
     "OPENAI",
 ]
@@ -213,6 +213,13 @@ def _redact_url(url: str) -> str:
             host += f":{parts.port}"
         parts = parts._replace(netloc="***@" + host)
     return urllib.parse.urlunsplit(parts)
+
+
+def endpoint_identity() -> str:
+    """Which model endpoint `chat` would call now (provider and base URL, never the key), as a
+    hash: a step's model calls made against one endpoint are not an answer for another."""
+    cfg = _resolve()
+    return hashlib.sha256(f"{cfg['provider']}|{cfg['base_url']}".encode()).hexdigest()[:16]
 
 
 def provider_info() -> dict:

@@ -99,3 +99,21 @@ def test_tool_calls_are_recorded_on_the_step(tmp_path):
     assert tools and all(t["name"] == "rewind.pipelines.corpus.search" for t in tools)
     assert all(t["error"] is None and t["cached"] is False and t["latency_ms"] >= 0 for t in tools)
     assert tools[0]["args"]["args"] and tools[0]["result"] is not None
+
+
+def test_a_hit_is_not_served_across_model_endpoints(tmp_path, base_url):  # noqa: F811
+    """Outputs a node got from one endpoint are no answer on another (the session's Settings)."""
+    from rewind.pipelines.research import pipeline as demo
+
+    rw = Rewind(str(tmp_path / "endpoints.db"))
+    question = {"question": "How do Python generators work?"}
+    first = rw.run(demo, question)                       # the in-process simulator
+    assert rw.run(demo, question).step("plan").status == "cached"
+    before = requests_served(base_url)
+    with rewind.llm.session_settings(base_url=base_url):  # serve-llm over HTTP: another endpoint
+        other = rw.run(demo, question)
+    plan = other.step("plan")
+    assert plan.status == "executed" and "another model endpoint" in plan.reason
+    assert requests_served(base_url) > before
+    assert other.step("research").status == "cached"      # a node that calls no model still hits
+    assert first.step("plan").status == "executed"

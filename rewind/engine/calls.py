@@ -15,6 +15,7 @@ import time
 from typing import Any, Optional
 
 from ..model_calls import active_source, call_key, request_of
+from ..hashing import combine
 from .context import cache_key
 
 TOOL = "rewind:model-call"  # its entries live in the tool cache under this name
@@ -23,12 +24,16 @@ TOOL = "rewind:model-call"  # its entries live in the tool cache under this name
 class ModelCallCache:
     """A call source (see `rewind.model_calls`) backed by the store's tool cache."""
 
-    def __init__(self, store: Any, owner: Optional[str], ttl: Optional[float] = None):
-        self.store, self.owner, self.ttl = store, owner, ttl
+    def __init__(self, store: Any, owner: Optional[str], ttl: Optional[float] = None,
+                 endpoint: str = ""):
+        self.store, self.owner, self.ttl, self.endpoint = store, owner, ttl, endpoint
         self.served: list = []
 
     def _key(self, api: str, model: str, messages: Any, params: dict) -> str:
-        return cache_key(self.owner, call_key(api, model, messages, params))
+        # the endpoint (provider and base URL) is part of the request: another one may answer
+        # the same request differently
+        return cache_key(self.owner, combine({"endpoint": self.endpoint,
+                                              "call": call_key(api, model, messages, params)}))
 
     def answer(self, api: str, body: dict) -> Optional[dict]:
         request = request_of(api, body)
@@ -63,5 +68,7 @@ def for_step(ctx: Any, spec: Any) -> Optional[ModelCallCache]:
 
     if not ctx.use_cache or spec.policy.determinism == SIDE_EFFECT or active_source() is not None:
         return None  # a snapshot replay's cassette, if active, answers instead
+    from .. import llm
+
     ttl = spec.policy.ttl if spec.policy.determinism == TIME_BOUND else None
-    return ModelCallCache(ctx.store, ctx.owner, ttl)
+    return ModelCallCache(ctx.store, ctx.owner, ttl, llm.endpoint_identity())

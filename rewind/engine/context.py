@@ -62,6 +62,7 @@ class StepRecord:
     output_field_hashes: dict = dataclasses.field(default_factory=dict)
     calls: list = dataclasses.field(default_factory=list)    # model calls (ModelCall dicts)
     tools: list = dataclasses.field(default_factory=list)    # rewind.tool calls
+    endpoint: Optional[str] = None   # the model endpoint its calls went to (llm.endpoint_identity)
     integrity_note: Optional[str] = None   # why a cache entry was unusable
     deleted: list = dataclasses.field(default_factory=list)  # fields a served step removes
 

@@ -17,7 +17,7 @@ from typing import Any, Optional
 from burr.core import State
 from burr.core.action import Action, SingleStepAction
 
-from .. import filewatch, serde
+from .. import filewatch, llm, serde
 from ..action import DETERMINISTIC, SIDE_EFFECT
 from ..errors import RewindError
 from ..hashing import sha256_hex
@@ -167,6 +167,10 @@ class ReplayAction(SingleStepAction):
         if changed:  # a file the node read differs now: a miss, named
             record.files_changed = changed
             return None
+        if meta.get("endpoint") and meta["endpoint"] != llm.endpoint_identity():
+            # its outputs came from another model endpoint (the session's settings changed)
+            record.integrity_note = "its model calls went to another model endpoint"
+            return None
         try:
             outputs = ctx.store.values({k: h for k, h in refs.items() if h is not None})
         except RewindError as e:  # an unreadable entry is a miss, and the reason says why
@@ -244,6 +248,8 @@ class ReplayAction(SingleStepAction):
         record.prompt_tokens, record.completion_tokens = meter.prompt_tokens, meter.completion_tokens
         record.calls = [c.to_dict() for c in meter.calls]
         record.tools = list(meter.tools)
+        if meter.model_calls:  # the endpoint its outputs depend on (re-checked before a hit)
+            record.endpoint = llm.endpoint_identity()
         if calls is not None and calls.served:  # answered from the model-call cache: not paid
             prompt, completion = calls.served_tokens
             record.prompt_tokens = max(record.prompt_tokens - prompt, 0)
@@ -289,7 +295,8 @@ class ReplayAction(SingleStepAction):
             "output_hash": record.output_hash,
             "outputs": refs_json(record.outputs),
             "meta": json.dumps({"hashes": record.output_field_hashes, "files": record.files,
-                                "fields": record.field_hashes, "units": record.units},
+                                "fields": record.field_hashes, "units": record.units,
+                                **({"endpoint": record.endpoint} if record.endpoint else {})},
                                sort_keys=True, separators=(",", ":")),
             "shape_hash": ctx.cache_key(shape_hash(spec, record)),
             "prompt_tokens": record.prompt_tokens,
