@@ -77,3 +77,16 @@ def reset() -> None:
 def bump(key: str) -> None:
     with _lock:
         _stats[key] += 1
+
+
+def injected_failure() -> Optional[int]:
+    """Count a model request; the HTTP status it must fail with (an injected error), or None."""
+    bump("chat_requests")
+    failure = next_failure()
+    if failure is not None:
+        bump("injected_errors")
+    return failure
+
+
+def failure_message(status: int) -> str:
+    return f"Simulated HTTP {status} (injected by rewind.sim.inject_errors)"

@@ -105,11 +105,9 @@ def _events(ident: str, model: str, body: dict, c) -> Iterator[bytes]:
 
 
 def create(body_bytes: bytes) -> SimResponse:
-    controls.bump("chat_requests")
-    failure = controls.next_failure()
+    failure = controls.injected_failure()
     if failure is not None:
-        controls.bump("injected_errors")
-        return error(failure, f"Simulated HTTP {failure} (injected by rewind.sim.inject_errors)")
+        return error(failure, controls.failure_message(failure))
     try:
         body = json.loads(body_bytes or b"null")
         model, messages, temperature, max_tokens, stream = _validate(body)

@@ -60,11 +60,9 @@ def _usage(c: Completion) -> dict:
 
 
 def _chat(body_bytes: bytes) -> SimResponse:
-    controls.bump("chat_requests")
-    failure = controls.next_failure()
+    failure = controls.injected_failure()
     if failure is not None:
-        controls.bump("injected_errors")
-        return _error(failure, f"Simulated HTTP {failure} (injected by rewind.simulator.inject_errors)")
+        return _error(failure, controls.failure_message(failure))
     try:
         body = json.loads(body_bytes or b"null")
     except ValueError:
