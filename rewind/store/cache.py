@@ -61,10 +61,21 @@ class SQLCache(SQLBase, CacheStore):
         )
 
     def cache_hits(self, keys: list) -> None:
-        self.executemany(
-            "UPDATE cache SET hits = hits + 1 WHERE node = ? AND input_hash = ?",
-            [tuple(k) for k in keys],
-        )
+        """Count one hit per (node, input_hash) in `keys` (repeats count again): one UPDATE
+        per commit, however many steps it holds."""
+        counts: dict = {}
+        for k in keys:
+            k = tuple(k)
+            counts[k] = counts.get(k, 0) + 1
+        items = sorted(counts.items())  # one lock order for every writer (PostgreSQL)
+        for i in range(0, len(items), _KEYS_PER_QUERY):
+            chunk = items[i : i + _KEYS_PER_QUERY]
+            values = ", ".join(["(?, ?, ?)"] * len(chunk))
+            self.execute(
+                f"UPDATE cache SET hits = hits + v.column3 FROM (VALUES {values}) AS v "
+                "WHERE cache.node = v.column1 AND cache.input_hash = v.column2",
+                [x for (node, ih), n in chunk for x in (node, ih, n)],
+            )
 
     def cache_stats(self) -> dict:
         entries, hits, oldest = self.query(
