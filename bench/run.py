@@ -36,6 +36,8 @@ from bench.measure import Figures, log  # noqa: E402
 from bench.profiling import profile_replay, sql_per_fork  # noqa: E402
 from bench.report import loadavg, machine, table, write_markdown  # noqa: E402
 from bench.scale import bench_fork_bytes, bench_page, bench_scale  # noqa: E402
+from bench.peers import bench_peers  # noqa: E402
+from bench.shape import bench_pg_round_trips, bench_queries, bench_shape  # noqa: E402
 from bench.speed import bench_hotpath, bench_overhead, bench_replay  # noqa: E402
 
 
@@ -92,6 +94,10 @@ def main(argv: Optional[list] = None) -> int:
     try:
         section("overhead", bench_overhead, fig, cfg, tmp)
         replay = section("replay", bench_replay, fig, cfg, tmp)
+        if replay:
+            section("peers", bench_peers, fig, cfg, tmp, replay)
+        section("shape", bench_shape, fig, cfg, tmp)
+        section("postgres", bench_pg_round_trips, fig, cfg)
         scale = section("synthetic store", synth.synthetic_store, cfg["runs"], log, args.rebuild,
                         args.keep_store)
         scale_path, scale_meta = scale if scale else (None, {})
@@ -101,6 +107,7 @@ def main(argv: Optional[list] = None) -> int:
             if quick:
                 fig.details["scale_note"] = f"--quick: {cfg['runs']:,} runs instead of 100,000"
             section("scale", bench_scale, fig, cfg, scale_path, scale_meta)
+            section("queries", bench_queries, fig, cfg, scale_path, cfg["runs"])
         section("fork bytes", bench_fork_bytes, fig, cfg, tmp)
         section("runs page", bench_page, fig, cfg, scale_path, cfg["runs"])
         if replay:

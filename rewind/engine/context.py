@@ -24,6 +24,7 @@ from ..models import Step, StepStatus, normalize_overrides, overrides_at
 from .keys import NodeSpec, node_spec
 
 logger = logging.getLogger("rewind")
+_IMMUTABLE = (str, int, float, bool, type(None))
 
 # The execution Burr is driving in this thread: the wrapped graph of a pipeline is built once
 # and shared, so its actions look their execution up here.
@@ -115,6 +116,7 @@ class ExecutionContext:
         self.on_step = on_step
         self.state_hashes: dict = {}   # field -> canonical hash of its live value (keys)
         self.state_blobs: dict = {}    # field -> address of its stored value (refs)
+        self._internal_blobs = False   # whether state_blobs holds a Burr-style `__` key
         self.new_blobs: dict = {}
         self.pending_rows: list = []
         self.pending_cache: list = []
@@ -123,6 +125,7 @@ class ExecutionContext:
         self.pending_states: list = []
         self.unreported: list = []
         self.served: dict = {}  # blob hash -> value served from storage (see flush_pending)
+        self.written_values: dict = {}  # blob hash -> immutable value queued (kept decoded)
         self.cache_prefetch: dict = {}  # (node, input_hash) -> cache entry read ahead by a fork
         self.pending_run: Optional[dict] = None  # a fork's run row, written with its first commit
         self.run_row: Optional[dict] = None  # the run row as written, to return the Run from
@@ -138,8 +141,8 @@ class ExecutionContext:
         the state from outside a step."""
         parts = canonical_parts(values)
         for k, part in parts.items():
-            self.state_hashes[k] = sha256_hex(part)
-            self.store_value(k, values[k])
+            h = self.state_hashes[k] = sha256_hex(part)
+            self.store.learn_ref_hash(self.store_value(k, values[k]), h)
 
     def store_value(self, field: str, value: Any) -> str:
         """Queue a field's value as a blob; its address is the hash of its stored bytes, so
@@ -147,25 +150,38 @@ class ExecutionContext:
         data = serde.encode(value, field)
         ref = serde.blob_ref(data)
         self.state_blobs[field] = ref
-        self.new_blobs.setdefault(ref, data)
+        if is_internal_key(field):
+            self._internal_blobs = True
+        if ref not in self.new_blobs:
+            self.new_blobs[ref] = data
+            if type(value) in _IMMUTABLE:
+                self.written_values[ref] = value
         return ref
 
     def refs_of(self, values: dict) -> dict:
-        """{field: blob address} of values in the live state, storing the ones not seen yet."""
-        unknown = {k: v for k, v in values.items()
-                   if not is_internal_key(k) and k not in self.state_blobs}
-        if unknown:
-            for k, v in unknown.items():
-                self.store_value(k, v)
-        return {k: self.state_blobs[k] for k in values if not is_internal_key(k)}
+        """{field: blob address} of values in the live state, storing the ones not seen yet.
+        The live state's addresses are kept as steps write fields, so this costs set
+        operations on the keys, not a walk over the values."""
+        blobs = self.state_blobs
+        for k in values.keys() - blobs.keys():
+            if not is_internal_key(k):
+                self.store_value(k, values[k])
+        if not self._internal_blobs and blobs.keys() <= values.keys():
+            return dict(blobs)  # the whole live state (the persister's save of a step)
+        return {k: blobs[k] for k in values if k in blobs and not is_internal_key(k)}
 
     state_refs = refs_of  # the persister's name for it
 
     def loaded(self, refs: dict) -> None:
         """The live state now holds the stored values at `refs` (a fork's or a resume's start,
         a cache hit): their addresses are known; their key hashes are computed when read."""
+        known = self.store.ref_hash
         for k, ref in refs.items():
-            self.state_hashes.pop(k, None)
+            h = known(ref)  # a value this process hashed before keeps its hash
+            if h is None:
+                self.state_hashes.pop(k, None)
+            else:
+                self.state_hashes[k] = h
             if ref is None:
                 self.state_blobs.pop(k, None)
             else:
@@ -207,16 +223,11 @@ class ExecutionContext:
         `_clear_pending`, after the commit, so a failed commit loses nothing."""
         if self.pending_run is not None:
             store.insert_run(self.pending_run)
-        if self.new_blobs:
-            store.put_blobs(self.new_blobs)
-        if self.served:
+        if self.new_blobs or self.served:
             # A blob read before this transaction (a cache hit, often from memory) may have been
-            # purged by a concurrent gc since: store it again so no row points at nothing.
-            present = store.existing_blobs(list(self.served))
-            missing = {h: serde.encode(v, "value") for h, v in self.served.items()
-                       if h not in present}
-            if missing:
-                store.put_blobs(missing)
+            # purged by a concurrent gc since: put_blobs checks it is there (with the blobs this
+            # store wrote before, in one statement) and stores it again if not.
+            store.put_blobs(self.new_blobs, served=self.served)
         if self.pending_rows:
             store.insert_nodes([{k: v for k, v in r.items() if not k.startswith("_")}
                                 for r in self.pending_rows])
@@ -246,6 +257,7 @@ class ExecutionContext:
         commit (a lost connection, a lock held too long, a full disk) is retried once on a
         fresh connection; the buffer is cleared only once a commit went through."""
         for attempt in (1, 2):
+            written, served = self.new_blobs, self.served
             try:
                 with self.store.transaction():
                     if extra is not None:
@@ -263,6 +275,10 @@ class ExecutionContext:
                         f"{type(e).__name__}: {e}. Everything committed before is intact; "
                         "resume the run once the database is reachable", run_id=self.run_id,
                     ) from e
+        # committed: what this process wrote is stored and right; never re-sent or re-verified
+        self.store.remember_written(written, self.written_values)
+        self.store.note_served(served)
+        self.written_values = {}
         self._clear_pending()
         self.report_committed()
 

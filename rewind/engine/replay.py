@@ -137,6 +137,12 @@ class ReplayAction(SingleStepAction):
             runtime=ctx.blob_refs(runtime, f"{spec.node}.inputs") if runtime else {},
         )
         record.readable = readable
+        if not spec.policy.ignore:  # unstripped: each read field's hash is its value's
+            learn = ctx.store.learn_ref_hash
+            for k, ref in record.inputs.items():
+                h = field_hashes.get("read:" + k) or field_hashes.get("prior:" + k)
+                if h is not None:
+                    learn(ref, h)
         return record
 
     def _dry_run(self, ctx: ExecutionContext, spec: NodeSpec, record: StepRecord) -> dict:
@@ -163,7 +169,8 @@ class ReplayAction(SingleStepAction):
 
     def _serve(self, ctx: ExecutionContext, record: StepRecord, entry: dict) -> Optional[dict]:
         refs, meta = json.loads(entry["outputs"]), entry_meta(entry)
-        changed = filewatch.changed(meta.get("files") or {})
+        files = meta.get("files")
+        changed = filewatch.changed(files) if files else None
         if changed:  # a file the node read differs now: a miss, named
             record.files_changed = changed
             return None
@@ -185,7 +192,12 @@ class ReplayAction(SingleStepAction):
                          if entry["source_run"] else "cache hit")
         ctx.pending_hits.append((record.node, ctx.cache_key(record.input_hash)))
         ctx.loaded(refs)
-        ctx.state_hashes.update({k: h for k, h in (meta.get("hashes") or {}).items() if k in refs})
+        learn = ctx.store.learn_ref_hash
+        for k, h in (meta.get("hashes") or {}).items():
+            if k in refs:
+                ctx.state_hashes[k] = h
+                if refs[k] is not None:
+                    learn(refs[k], h)
         record.outputs = refs
         record.files = dict(meta.get("files") or {})
         record.output_hash = entry["output_hash"]
@@ -269,6 +281,7 @@ class ReplayAction(SingleStepAction):
             if k in spec.writes:
                 out_refs[k] = ctx.store_value(k, outputs[k])
                 ctx.state_hashes[k] = hashes[k]
+                ctx.store.learn_ref_hash(out_refs[k], hashes[k])
             else:  # what a Result node returns: recorded, not part of the state
                 data = serde.encode(outputs[k], k)
                 out_refs[k] = serde.blob_ref(data)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import collections
 import time
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, Optional, Sequence
 
 from .. import serde
 from ..errors import IntegrityError, NotFound
@@ -21,26 +21,52 @@ from .rows import blob_ok, make_doc
 from .sql import SQLBase, chunks, marks
 
 DOC_MEMORY = 50_000  # parsed docs (state refs maps, step docs) kept in memory per store
-BLOB_MEMORY_BYTES = 32 << 20  # verified blobs kept in memory per store
+BLOB_MEMORY_BYTES = 32 << 20  # verified blobs kept in memory per store (least recently used out)
+KNOWN_MAX = 1_000_000  # hashes known to be stored (checked for presence, never re-sent)
+REF_HASHES_MAX = 200_000  # blob address -> canonical hash of its value
 _IMMUTABLE = (str, int, float, bool, type(None))
 _COMPARE_CHUNK = 100  # (hash, bytes) pairs per comparison statement
 
 
 class SQLBlobs(SQLBase, BlobStore):
     def _init_blob_memory(self) -> None:
-        # Blobs this process read and verified, oldest first, up to BLOB_MEMORY_BYTES: a hot
-        # blob (a cached output every fork replays) is served from memory. Immutable values are
-        # kept decoded (shared safely), others as bytes (decoded per read, so no caller sees
-        # another's mutation).
+        # Blobs this process read and verified or wrote and committed, least recently used
+        # first, up to BLOB_MEMORY_BYTES: a hot blob (a cached output every fork replays) is
+        # served from memory. Immutable values are kept decoded (shared safely), others as
+        # bytes (decoded per read, so no caller sees another's mutation).
         self._verified: collections.OrderedDict = collections.OrderedDict()
         self._verified_bytes = 0
+        # Hashes whose bytes this store wrote or verified: a later write of one only checks
+        # that it is still there (a concurrent gc may have purged it), it never re-sends or
+        # re-compares the bytes.
+        self._known: set = set()
+        # blob address -> canonical hash of the value it holds, as this process computed it
+        # (so a value loaded again, at a fork's start or from a hit, is not hashed again)
+        self._ref_hashes: dict = {}
         self._docs: collections.OrderedDict = collections.OrderedDict()
         self._doc_memo: dict = {}
 
     # writing -------------------------------------------------------------------------------
-    def put_blobs(self, blobs: dict) -> None:
+    def put_blobs(self, blobs: dict, served: Optional[dict] = None) -> None:
         """Store values by content hash (`blobs`: {hash: encoded bytes}); a stored copy whose
-        bytes no longer match its hash is overwritten."""
+        bytes no longer match its hash is overwritten. Hashes this store wrote or verified
+        before, and `served` ({hash: value} read before this transaction), are only checked
+        for presence, all in one statement; the missing ones are written again."""
+        known = [h for h in blobs if h in self._known]
+        if served:
+            known += [h for h in served if h not in blobs]
+        if known:
+            present = self.existing_blobs(known)
+            missing = {h for h in known if h not in present}
+            blobs = {h: d for h, d in blobs.items() if h not in self._known or h in missing}
+            with self._lock:
+                for h in missing:
+                    if h not in blobs:
+                        blobs[h] = serde.encode(served[h], "value")
+                    self._known.discard(h)
+        self._put_new(blobs)
+
+    def _put_new(self, blobs: dict) -> None:
         if not blobs:
             return
         ordered = sorted(blobs)  # one lock order for every writer (PostgreSQL row locks)
@@ -84,12 +110,17 @@ class SQLBlobs(SQLBase, BlobStore):
         wanted = [h for h in dict.fromkeys(hashes) if h]
         out = {}
         missing = []
+        memory = self._verified
         for h in wanted:
-            hit = self._verified.get(h)
+            hit = memory.get(h)
             if hit is None:
                 missing.append(h)
             else:
                 out[h] = hit[0]
+                try:
+                    memory.move_to_end(h)  # least recently used goes first
+                except KeyError:  # evicted by another thread meanwhile
+                    pass
         for chunk in chunks(missing):
             for h, data in self.query(f"SELECT hash, data FROM blobs WHERE hash IN ({marks(len(chunk))})",
                                       chunk):
@@ -110,14 +141,53 @@ class SQLBlobs(SQLBase, BlobStore):
         """Keep a verified blob (decoded if immutable); returns what `get_blobs` hands out."""
         value = serde.decode(data)
         kept = value if type(value) in _IMMUTABLE else data
-        with self._lock:
-            if h not in self._verified:
-                self._verified[h] = (kept, len(data))
-                self._verified_bytes += len(data)
-                while self._verified_bytes > BLOB_MEMORY_BYTES and self._verified:
-                    _, (_, size) = self._verified.popitem(last=False)
-                    self._verified_bytes -= size
+        self._keep(h, kept, len(data))
         return kept
+
+    def _keep(self, h: str, kept: Any, size: int) -> None:
+        with self._lock:
+            self._note_known(h)
+            memory = self._verified
+            if h in memory:
+                memory.move_to_end(h)
+            elif size <= BLOB_MEMORY_BYTES // 4:  # one huge value never flushes all the rest
+                memory[h] = (kept, size)
+                self._verified_bytes += size
+                while self._verified_bytes > BLOB_MEMORY_BYTES and memory:
+                    _, (_, old) = memory.popitem(last=False)
+                    self._verified_bytes -= old
+
+    def _note_known(self, h: str) -> None:
+        if len(self._known) >= KNOWN_MAX:
+            self._known.clear()
+        self._known.add(h)
+
+    def remember_written(self, blobs: dict, values: Optional[dict] = None) -> None:
+        """After a commit that wrote `blobs` ({hash: bytes}): they are stored and right (we
+        made the bytes), so reads are served from memory without re-verifying and later
+        writes of the same hashes send nothing. `values` ({hash: value}) keeps immutable ones
+        decoded."""
+        values = values or {}
+        for h, data in blobs.items():
+            v = values.get(h, serde)
+            self._keep(h, v if v is not serde and type(v) in _IMMUTABLE else data, len(data))
+
+    def note_served(self, hashes: Iterable[str]) -> None:
+        """Hashes a commit referred to after checking they are present."""
+        with self._lock:
+            for h in hashes:
+                self._note_known(h)
+
+    # canonical hashes of stored values ------------------------------------------------------
+    def learn_ref_hash(self, ref: str, canonical: str) -> None:
+        """`ref` (a blob address) holds a value whose canonical hash is `canonical`."""
+        memo = self._ref_hashes
+        if len(memo) >= REF_HASHES_MAX:
+            memo.clear()
+        memo[ref] = canonical
+
+    def ref_hash(self, ref: Optional[str]) -> Optional[str]:
+        return self._ref_hashes.get(ref) if ref else None
 
     def existing_blobs(self, hashes: Sequence[str]) -> set:
         """Which of these blob hashes the database holds now (not the in-memory copies)."""
@@ -128,6 +198,7 @@ class SQLBlobs(SQLBase, BlobStore):
         with self._lock:
             self._verified.clear()
             self._verified_bytes = 0
+            self._known.clear()
             self._docs.clear()
 
     def values(self, refs: dict) -> dict:

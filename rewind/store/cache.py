@@ -20,6 +20,8 @@ from .sql import SQLBase
 
 _SELECT = f"SELECT {', '.join(CACHE_COLUMNS)} FROM cache"
 _KEYS_PER_QUERY = 200
+_STAT_COLS = ("entries", "hits", "tool_entries", "tool_hits", "blobs", "blob_bytes")
+_STAT_FOLD = 500  # cache_stat rows read before they are folded into one
 
 
 class SQLCache(SQLBase, CacheStore):
@@ -61,21 +63,45 @@ class SQLCache(SQLBase, CacheStore):
         )
 
     def cache_hits(self, keys: list) -> None:
-        self.executemany(
-            "UPDATE cache SET hits = hits + 1 WHERE node = ? AND input_hash = ?",
-            [tuple(k) for k in keys],
-        )
+        """Count one hit per (node, input_hash) in `keys` (repeats count again): one UPDATE
+        per commit, however many steps it holds."""
+        counts: dict = {}
+        for k in keys:
+            k = tuple(k)
+            counts[k] = counts.get(k, 0) + 1
+        items = sorted(counts.items())  # one lock order for every writer (PostgreSQL)
+        for i in range(0, len(items), _KEYS_PER_QUERY):
+            chunk = items[i : i + _KEYS_PER_QUERY]
+            values = ", ".join(["(?, ?, ?)"] * len(chunk))
+            self.execute(
+                f"UPDATE cache SET hits = hits + v.column3 FROM (VALUES {values}) AS v "
+                "WHERE cache.node = v.column1 AND cache.input_hash = v.column2",
+                [x for (node, ih), n in chunk for x in (node, ih, n)],
+            )
 
     def cache_stats(self) -> dict:
-        entries, hits, oldest = self.query(
-            "SELECT COUNT(*), COALESCE(SUM(hits), 0), MIN(cached_at) FROM cache")[0]
-        tools, tool_hits = self.query("SELECT COUNT(*), COALESCE(SUM(hits), 0) FROM tool_cache")[0]
-        blob_count, blob_bytes = self.blob_totals()
+        """Totals of the caches and blobs, from `cache_stat` (kept by triggers, migration 4):
+        no scan of the cache or the blobs, however many there are."""
+        sums = ", ".join(f"COALESCE(SUM({c}), 0)" for c in _STAT_COLS)
+        row = self.query(f"SELECT COUNT(*), {sums} FROM cache_stat")[0]
+        entries, hits, tools, tool_hits, blob_count, blob_bytes = (int(x) for x in row[1:])
+        if row[0] > _STAT_FOLD and not self.read_only:
+            self._fold_stats()
+        oldest = self.query("SELECT MIN(cached_at) FROM cache")[0][0]
         return {
             "entries": int(entries), "hits": int(hits), "oldest": oldest,
             "tool_entries": int(tools), "tool_hits": int(tool_hits),
             "blobs": blob_count, "blob_bytes": blob_bytes,
         }
+
+    def _fold_stats(self) -> None:
+        """Fold the per-statement rows of `cache_stat` (PostgreSQL appends one per writing
+        statement) into one; rows appended meanwhile by others are left for the next fold."""
+        cols = ", ".join(_STAT_COLS)
+        sums = ", ".join(f"COALESCE(SUM({c}), 0)" for c in _STAT_COLS)
+        with self.transaction():
+            self.execute(f"WITH d AS (DELETE FROM cache_stat RETURNING {cols}) "
+                         f"INSERT INTO cache_stat ({cols}) SELECT {sums} FROM d")
 
     # tool cache ----------------------------------------------------------------------------
     def tool_cache_get(self, tool: str, args_hash: str, ttl: Optional[float], now: float):

@@ -6,6 +6,9 @@
     3  cache.meta and cache.shape_hash (+ index): what a hit needs beside the values, and the
        last visit with the same inputs, to name what changed in a fresh run's miss;
        runs.owner (+ index): whose run it is
+    4  cache_stat: the cache and blob totals `cache_stats` reads, kept by triggers (no scan of
+       the cache or the blobs at any size); an index on cache.cached_at (the oldest entry,
+       purges by age)
 
 Opening a database whose version is current reads one row and runs no DDL, takes no lock.
 Otherwise the opener takes the schema lock (`pg_advisory_xact_lock` on PostgreSQL, BEGIN
@@ -58,10 +61,70 @@ def _cache_meta(store) -> None:
     store.execute("CREATE INDEX IF NOT EXISTS runs_owner ON runs (owner, created_at)")
 
 
+_STAT_COLS = ("entries", "hits", "tool_entries", "tool_hits", "blobs", "blob_bytes")
+# (table, the stat columns a row counts in, the column summed into the second)
+_STAT_SOURCES = (("cache", "entries", "hits", "hits"), ("tool_cache", "tool_entries", "tool_hits", "hits"),
+                 ("blobs", "blobs", "blob_bytes", "size"))
+
+
+def _cache_stat(store) -> None:
+    store.execute("CREATE INDEX IF NOT EXISTS cache_age ON cache (cached_at)")
+    cols = ", ".join(f"{c} BIGINT NOT NULL DEFAULT 0" for c in _STAT_COLS)
+    # SQLite has one writer at a time: one row. PostgreSQL: a row per statement, appended by
+    # statement triggers (no row two writers both update, so no lock order to get wrong),
+    # folded into one by the reader (store.cache_stats).
+    key = "id INTEGER PRIMARY KEY" if store.types.get("blob") != "BYTEA" else "id BIGSERIAL PRIMARY KEY"
+    store.execute(f"CREATE TABLE IF NOT EXISTS cache_stat ({key}, {cols})")
+    store.execute(
+        f"INSERT INTO cache_stat ({', '.join(_STAT_COLS)}) SELECT "
+        "(SELECT COUNT(*) FROM cache), (SELECT COALESCE(SUM(hits), 0) FROM cache), "
+        "(SELECT COUNT(*) FROM tool_cache), (SELECT COALESCE(SUM(hits), 0) FROM tool_cache), "
+        "(SELECT COUNT(*) FROM blobs), (SELECT COALESCE(SUM(size), 0) FROM blobs)")
+    if store.types.get("blob") == "BYTEA":
+        _pg_stat_triggers(store)
+    else:
+        _sqlite_stat_triggers(store)
+
+
+def _sqlite_stat_triggers(store) -> None:
+    for table, n, total, col in _STAT_SOURCES:
+        for event, sets in (
+            ("INSERT", f"{n} = {n} + 1, {total} = {total} + COALESCE(NEW.{col}, 0)"),
+            ("DELETE", f"{n} = {n} - 1, {total} = {total} - COALESCE(OLD.{col}, 0)"),
+            (f"UPDATE OF {col}", f"{total} = {total} + COALESCE(NEW.{col}, 0) - COALESCE(OLD.{col}, 0)"),
+        ):
+            name = f"{table}_stat_{event.split()[0].lower()}"
+            store.execute(
+                f"CREATE TRIGGER IF NOT EXISTS {name} AFTER {event} ON {table} "
+                f"BEGIN UPDATE cache_stat SET {sets} WHERE id = (SELECT MIN(id) FROM cache_stat); END")
+
+
+def _pg_stat_triggers(store) -> None:
+    for table, n, total, col in _STAT_SOURCES:
+        for event, select in (
+            ("INSERT", f"COUNT(*), COALESCE(SUM({col}), 0) FROM new_rows"),
+            ("DELETE", f"-COUNT(*), -COALESCE(SUM({col}), 0) FROM old_rows"),
+            ("UPDATE", f"0, (SELECT COALESCE(SUM({col}), 0) FROM new_rows) - "
+                       f"(SELECT COALESCE(SUM({col}), 0) FROM old_rows) "
+                       "WHERE EXISTS (SELECT 1 FROM new_rows)"),
+        ):
+            fn = f"rewind_{table}_stat_{event.lower()}"
+            where = "" if event == "UPDATE" else " HAVING COUNT(*) > 0"  # nothing changed
+            store.execute(
+                f"CREATE OR REPLACE FUNCTION {fn}() RETURNS trigger LANGUAGE plpgsql AS $f$ BEGIN "
+                f"INSERT INTO cache_stat ({n}, {total}) SELECT {select}{where}; RETURN NULL; END $f$")
+            tables = {"INSERT": "NEW TABLE AS new_rows", "DELETE": "OLD TABLE AS old_rows",
+                      "UPDATE": "OLD TABLE AS old_rows NEW TABLE AS new_rows"}[event]
+            store.execute(f"DROP TRIGGER IF EXISTS {fn} ON {table}")
+            store.execute(f"CREATE TRIGGER {fn} AFTER {event} ON {table} REFERENCING {tables} "
+                          f"FOR EACH STATEMENT EXECUTE FUNCTION {fn}()")
+
+
 MIGRATIONS = (
     Migration(1, "the first layout", _create_tables),
     Migration(2, "nodes.doc", _add_columns_since(2)),
     Migration(3, "cache.meta, cache.shape_hash, runs.owner", _cache_meta),
+    Migration(4, "cache_stat (kept by triggers), cache.cached_at index", _cache_stat),
 )
 SCHEMA_VERSION = MIGRATIONS[-1].version
 

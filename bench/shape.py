@@ -1,0 +1,175 @@
+"""How a cached fork scales: per replayed node at 8 and 128 nodes, a fork with a 5 MB field
+against the same fork with 2 KB fields, PostgreSQL round trips per fork, and the 100k-run
+queries (a search with no match, a page at offset 50,000, cache statistics)."""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+from burr.core.graph import GraphBuilder
+
+import rewind
+
+from bench import workload as W
+from bench.measure import Figures, fmt, median
+
+BIG = 5 << 20
+
+
+def linear_pipeline(name: str, n: int, big_reader: int = -1) -> rewind.Pipeline:
+    """n nodes in a line, each reading the previous ~2 KB output; node `big_reader` (and the
+    first) also reads the field `big`, carried in the state throughout."""
+    actions = {}
+    prev = "topic"
+    for i in range(n):
+        reads = [prev] + (["big"] if i in (0, big_reader) else [])
+        out = f"f{i}"
+
+        def make(tag: str, src: str, dst: str, reads=reads):
+            @rewind.action(reads=reads, writes=[dst])
+            def node(state):
+                return state.update(**{dst: W.make_text(tag, state[src])})
+            node.__name__ = tag
+            return node
+
+        actions[f"n{i}"] = make(f"n{i}", prev, out)
+        prev = out
+    tr = [(f"n{i}", f"n{i + 1}") for i in range(n - 1)]
+    return rewind.Pipeline(name=name, graph=GraphBuilder().with_actions(**actions)
+                           .with_transitions(*tr).build(), entrypoint="n0")
+
+
+def _interleaved(fns: dict, rounds: int) -> tuple:
+    wall: dict = {k: [] for k in fns}
+    cpu: dict = {k: [] for k in fns}
+    for fn in fns.values():
+        fn()
+        fn()
+    keys = list(fns)
+    for i in range(rounds):
+        for k in (keys if i % 2 == 0 else keys[::-1]):
+            c0, t0 = time.process_time(), time.perf_counter()
+            fns[k]()
+            wall[k].append(time.perf_counter() - t0)
+            cpu[k].append(time.process_time() - c0)
+    return ({k: median(v) * 1e3 for k, v in wall.items()},
+            {k: median(v) * 1e3 for k, v in cpu.items()})
+
+
+def _check(run: Any, fork: Any) -> bool:
+    own = [s for s in fork.steps if s.status != "inherited"]
+    return bool(own) and all(s.status == "cached" for s in own) and fork.total_tokens == 0
+
+
+def bench_shape(fig: Figures, cfg: dict, tmp: str) -> None:
+    rw = rewind.Rewind(os.path.join(tmp, "shape.db"))
+    try:
+        small, large = linear_pipeline("line8", 8), linear_pipeline("line128", 128)
+        r8 = rw.run(small, {"topic": W.topic(1), "big": "x"})
+        r128 = rw.run(large, {"topic": W.topic(1), "big": "x"})
+        ok = _check(r8, rw.fork(r8.id, at="n2")) and _check(r128, rw.fork(r128.id, at="n2"))
+        w, c = _interleaved({"8": lambda: rw.fork(r8.id, at="n2"),
+                             "128": lambda: rw.fork(r128.id, at="n2"),
+                             "128_last": lambda: rw.fork(r128.id, at="n127")},
+                            max(cfg["scale_reps"], 10))
+        p8, p128 = w["8"] / 6 * 1e3, w["128"] / 126 * 1e3
+        ratio = p128 / p8
+        fig.details["scaling"] = {"wall_ms": w, "cpu_ms": c, "valid": ok}
+        fig.add("per_node_8_us", "G4. per replayed node, 8-node line (fork at node 3)", p8, "us")
+        fig.add("per_node_128_us", "G4. per replayed node, 128-node line (fork at node 3)", p128, "us")
+        fig.add("per_node_128_over_8", "G4. per replayed node at 128 / at 8", ratio, "x", "<= 1.2x",
+                ratio <= 1.2 and ok, display=f"{fmt(ratio)} x (CPU {fmt(c['128'] / 126 / (c['8'] / 6))} x)")
+        fig.add("fork_last_of_128_ms", "G4. fork at the last of 128 nodes (127 inherited)",
+                w["128_last"], "ms")
+
+        big = linear_pipeline("big8", 8, big_reader=4)
+        rb = rw.run(big, {"topic": W.topic(2), "big": "y" * BIG})
+        rs = rw.run(big, {"topic": W.topic(3), "big": "y" * 2048})
+        ok = _check(rb, rw.fork(rb.id, at="n2")) and _check(rs, rw.fork(rs.id, at="n2"))
+        w, c = _interleaved({"big": lambda: rw.fork(rb.id, at="n2"),
+                             "small": lambda: rw.fork(rs.id, at="n2")},
+                            max(cfg["scale_reps"] // 2, 5))
+        ratio = w["big"] / w["small"]
+        fig.details["big_field"] = {"wall_ms": w, "cpu_ms": c, "valid": ok}
+        fig.add("fork_big_over_small", "G5. fork with a 5 MB field / with 2 KB fields (node 5 reads it)",
+                ratio, "x", "<= 3x", ratio <= 3 and ok,
+                display=f"{fmt(ratio)} x ({fmt(w['big'])} / {fmt(w['small'])} ms)")
+    finally:
+        rw.close()
+
+
+def bench_pg_round_trips(fig: Figures, cfg: dict) -> None:
+    url = os.environ.get("REWIND_BENCH_PG_URL") or os.environ.get("REWIND_TEST_PG_URL")
+    if not url:
+        fig.na("pg_round_trips", "G8. PostgreSQL round trips per no-edit fork",
+               "set REWIND_BENCH_PG_URL (or REWIND_TEST_PG_URL)", "<= 6")
+        return
+    import psycopg2.extensions
+
+    count = {"n": 0}
+
+    class Counting(psycopg2.extensions.cursor):
+        def execute(self, *a, **k):
+            count["n"] += 1
+            return super().execute(*a, **k)
+
+        def executemany(self, *a, **k):
+            count["n"] += 1
+            return super().executemany(*a, **k)
+
+    rw = rewind.Rewind(url)
+    try:
+        p = W.make_pipeline("bench8pg")
+        root = rw.run(p, {"topic": W.topic(7)}, use_cache=False)
+        conn = rw.store.connection
+        raw = getattr(conn, "_conn", conn)
+        raw.cursor_factory = Counting
+        for _ in range(3):
+            rw.fork(root.id, at=W.FORK_AT)
+        counts, times = [], []
+        for _ in range(max(cfg["scale_reps"] // 2, 5)):
+            count["n"] = 0
+            t0 = time.perf_counter()
+            f = rw.fork(root.id, at=W.FORK_AT)
+            times.append((time.perf_counter() - t0) * 1e3)
+            counts.append(count["n"])
+        assert all(s.status == "cached" for s in f.steps[2:])
+        n = max(counts)
+        fig.details["pg"] = {"round_trips": counts, "fork_ms": times}
+        fig.add("pg_round_trips", "G8. PostgreSQL round trips per no-edit fork", n, "",
+                "<= 6", n <= 6, display=f"{n} ({fmt(median(times))} ms per fork)")
+    finally:
+        rw.close()
+
+
+def bench_queries(fig: Figures, cfg: dict, path: str, n_runs: int) -> None:
+    """The Runs page's worst queries at scale."""
+    rw = rewind.Rewind(path)
+    label = f"{n_runs // 1000}k runs"
+    try:
+        def timed(fn) -> float:
+            t0 = time.perf_counter()
+            fn()
+            first = (time.perf_counter() - t0) * 1e3
+            ts = []
+            for _ in range(max(cfg["scale_reps"] // 4, 3)):
+                t0 = time.perf_counter()
+                fn()
+                ts.append((time.perf_counter() - t0) * 1e3)
+            return max(first, median(ts))
+
+        needle = "no-such-text-anywhere-7f3a"
+        s = timed(lambda: (rw.list_runs(search=needle, limit=50), rw.count_runs(search=needle)))
+        offset = min(50_000, n_runs // 2)
+        o = timed(lambda: rw.list_runs(limit=50, offset=offset))
+        st = timed(lambda: rw.cache_stats())
+        fig.details["queries"] = {"search_ms": s, "offset_ms": o, "cache_stats_ms": st}
+        fig.add("search_nomatch_ms", f"G7. search with no match (page + count), {label}", s, "ms",
+                "<= 10 ms", s <= 10)
+        fig.add("page_offset_ms", f"G7. list_runs page at offset {offset:,}, {label}", o, "ms",
+                "<= 10 ms", o <= 10)
+        fig.add("cache_stats_ms", f"G7. cache_stats, {label}", st, "ms", "<= 10 ms", st <= 10)
+    finally:
+        rw.close()
