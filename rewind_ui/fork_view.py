@@ -167,8 +167,8 @@ def last_fork_metrics(last: dict) -> list:
     trajectory costs), then what the fork itself spent and was spared."""
     return [("Trajectory cost", fmt.fmt_tokens(last["cost"])),
             ("Original's trajectory cost", fmt.fmt_tokens(last["original"])),
-            ("Tokens spent by the fork", fmt.fmt_tokens(last["spent"])),
-            ("Tokens saved (inherited + cache)", fmt.fmt_tokens(last["saved"])),
+            ("Tokens spent", fmt.fmt_tokens(last["spent"])),
+            ("Tokens saved", fmt.fmt_tokens(last["saved"])),
             ("Cost (USD)", fmt.fmt_dollars(last.get("dollars"))),
             ("Nodes re-executed", len(last["executed"]))]
 

@@ -140,7 +140,7 @@ def run_metrics(run: Any) -> list:
             ("Tokens spent", fmt.fmt_tokens(costs["spent"]), COST_HELP["spent"]),
             ("Trajectory cost", fmt.fmt_tokens(costs["trajectory_cost"]), COST_HELP["trajectory"]),
             ("Tokens saved", fmt.fmt_tokens(costs["saved"]), COST_HELP["saved"]),
-            ("Cost", fmt.fmt_dollars(costs["dollars"]), COST_HELP["dollars"]),
+            ("Cost (USD)", fmt.fmt_dollars(costs["dollars"]), COST_HELP["dollars"]),
             ("Latency", fmt.fmt_ms(run.latency_ms), None)]
 
 
@@ -224,11 +224,11 @@ def step_title(key: str, step: Any) -> str:
 
 def step_metrics(step: Any) -> list:
     """(label, value, help) for the selected step."""
-    return [("Tokens spent", fmt.fmt_tokens(step.tokens),
+    return [("Step spent", fmt.fmt_tokens(step.tokens),
              f"prompt {fmt.fmt_tokens(step.prompt_tokens)} · completion {fmt.fmt_tokens(step.completion_tokens)}"),
-            ("Cost", fmt.fmt_tokens(step.cost), "what producing these outputs cost when they were "
+            ("Step cost", fmt.fmt_tokens(step.cost), "what producing these outputs cost when they were "
                                                 "produced (cached and inherited steps included)"),
-            ("Cost (USD)", fmt.fmt_dollars(step_dollars(step)), COST_HELP["dollars"]),
+            ("Step cost (USD)", fmt.fmt_dollars(step_dollars(step)), COST_HELP["dollars"]),
             ("Latency", fmt.fmt_ms(step.latency_ms), None), ("Occurrence", step.occurrence, None)]
 
 

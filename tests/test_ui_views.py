@@ -183,7 +183,7 @@ def test_runs_view_on_a_fork(pair, rw):
     step = fork.step("answer")
     assert runs_view.step_title("answer", step) == "#### Step answer · executed"
     assert [m[0] for m in runs_view.step_metrics(step)] == [
-        "Tokens spent", "Cost", "Cost (USD)", "Latency", "Occurrence"]
+        "Step spent", "Step cost", "Step cost (USD)", "Latency", "Occurrence"]
 
     lin = runs_view.lineage_view({
         "ancestors": [{"id": "gone", "missing": True}, {"id": root.id, "missing": False}],
