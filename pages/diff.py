@@ -47,7 +47,7 @@ def _swap() -> None:
         st.session_state.get(selection.DIFF_B), st.session_state.get(selection.DIFF_A))
 
 
-c1, c2, c3 = st.columns([5, 5, 1], vertical_alignment="bottom")
+c1, c2, c3 = st.columns([4, 4, 1], vertical_alignment="bottom")
 with c1:
     a_id = selection.bound_selectbox("A (original)", options, selection.DIFF_A,
                                      format_func=lambda i: labels.get(i, i), accept_new_options=True)
@@ -85,9 +85,11 @@ st.caption(f"Verdict: {md(d.verdict)}")
 fork_caption = view.fork_caption(run_a, run_b)
 if fork_caption:
     st.caption(fork_caption)
-for col, (label, value, delta, help_text) in zip(st.columns(7), view.metrics(d)):
-    col.metric(label, value, help=help_text,
-               **({"delta": delta, "delta_color": "inverse"} if delta is not None else {}))
+headline = view.metrics(d)
+for row in (headline[:4], headline[4:]):  # four to a row: every label whole at 1280 px
+    for col, (label, value, delta, help_text) in zip(st.columns(4), row):
+        col.metric(label, value, help=help_text,
+                   **({"delta": delta, "delta_color": "inverse"} if delta is not None else {}))
 st.caption(view.dollars_caption(costs.run_costs(run_a), costs.run_costs(run_b)))
 
 # --- graph and rows ----------------------------------------------------------------------------
@@ -101,14 +103,9 @@ focus, _ = graph_picker(
     fork_point=run_b.fork_node if run_b.parent_id == run_a.id else None,
 )
 
-st.dataframe(
-    view.table(d, with_noise=noisy is not None), hide_index=True, width="stretch",
-    column_config={"Node": st.column_config.TextColumn(width="small"),
-                   "B reason": st.column_config.TextColumn(width="large"),
-                   "A reason": st.column_config.TextColumn(width="medium"),
-                   **{c: st.column_config.NumberColumn(width="small")
-                      for c in ("Δ cost", "A cost", "B cost", "B spent")}},
-)
+# a static table wraps its text: every reason is on screen at 1280 px, no horizontal scrolling
+# (st.table renders cells as markdown, hence md_rows)
+st.table(fmt.md_rows(view.table(d, with_noise=noisy is not None)), hide_index=True)
 
 # --- one node side by side ---------------------------------------------------------------------
 if focus:
@@ -117,7 +114,7 @@ if focus:
     if r.noise:
         (st.warning if r.noise == "beyond noise" else st.info)(f"Noise band: {md(r.noise)}")
         if r.noise_detail:
-            st.table(calls_view.noise_detail_rows(r.noise_detail))
+            st.table(fmt.md_rows(calls_view.noise_detail_rows(r.noise_detail)), hide_index=True)
     for col, (label, run, h, status, reason) in zip(st.columns(2), view.sides(r, run_a, run_b)):
         with col:
             st.markdown(f"**{label}** · {md(status or 'absent')}")

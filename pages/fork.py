@@ -213,8 +213,10 @@ if last:
     st.divider()
     st.subheader(f"Last replay: fork {last['id']}")
     st.caption(f"of run {md(last['parent'])} at {md(last['at'])} · {md(last['status'])}")
-    for col, (label, value) in zip(st.columns(6), view.last_fork_metrics(last)):
-        col.metric(label, value)
+    summary = view.last_fork_metrics(last)
+    for row in (summary[:3], summary[3:]):
+        for col, (label, value) in zip(st.columns(3), row):
+            col.metric(label, value)
     st.caption(view.last_fork_caption(last))
     if last.get("error"):
         st.code(last["error"], language=None)

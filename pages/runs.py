@@ -187,8 +187,10 @@ st.subheader(f"Run {run.id}")
 st.caption(view.run_caption(run))
 st.text(run.summary or "(no text input)")
 
-for col, (label, value, help_text) in zip(st.columns(7), view.run_metrics(run)):
-    col.metric(label, value, help=help_text)
+header = view.run_metrics(run)
+for row in (header[:4], header[4:]):  # four to a row: every label whole at 1280 px
+    for col, (label, value, help_text) in zip(st.columns(4), row):
+        col.metric(label, value, help=help_text)
 if run.error:
     st.error("The run did not complete:")
     st.code(run.error, language=None)
@@ -262,7 +264,7 @@ if run.steps:
 if sel_key and sel_key in by_key:
     step = by_key[sel_key]
     st.markdown(view.step_title(sel_key, step))
-    for col, (label, value, help_text) in zip(st.columns(5), view.step_metrics(step)):
+    for col, (label, value, help_text) in zip(st.columns(5), view.step_metrics(step)):  # short labels
         col.metric(label, value, help=help_text)
     st.caption("Reason")
     st.text(step.reason or "—")

@@ -35,6 +35,25 @@ def md_escape(text: Any, limit: Optional[int] = None) -> str:
     return _MD_SPECIAL.sub(r"\\\1", s)
 
 
+_ASCII_PUNCT = re.compile(r"([!-/:-@\[-`{-~])")
+
+
+def md_cell(text: Any, limit: Optional[int] = 600) -> str:
+    """`text` made inert in an st.table cell (markdown without entity decoding there): every
+    ASCII punctuation character backslash-escaped, so `<img>` and `**` show as typed."""
+    s = "" if text is None else str(text)
+    if limit is not None and len(s) > limit:
+        s = s[: max(0, limit - 1)] + "…"
+    s = s.replace("\r", " ").replace("\n", " ")
+    return _ASCII_PUNCT.sub(r"\\\1", s)
+
+
+def md_rows(rows: list, limit: int = 600) -> list:
+    """Rows for st.table, which renders every cell as markdown: each text cell md_cell'd
+    (numbers stay numbers), so model text in a cell is shown, never rendered."""
+    return [{k: (md_cell(v, limit) if isinstance(v, str) else v) for k, v in r.items()} for r in rows]
+
+
 def tooltip_escape(text: Any, limit: int = 600) -> str:
     """Text for a vis-network tooltip (streamlit-agraph puts it in a div via innerHTML):
     every HTML special character escaped, so `<img onerror>` is shown, never parsed."""

@@ -1,6 +1,6 @@
 """What the pipeline graph shows, for every page: nodes coloured by step status, on the diff
 page B's status as the fill and A's as the border with the identical/diverged mark in the
-label; the fork point (`⑂`, dashed border) and the selected node (a halo) marked; tooltips
+label; the fork point (`↳`, dashed border) and the selected node (a halo) marked; tooltips
 with each visit's reason. Pure (lists of dicts, no streamlit); rewind_ui/picker.py draws a spec.
 """
 
@@ -48,7 +48,7 @@ DIFF_HELP = {
 }
 # what the legend of the diff graph says about the two colours of a node
 DIFF_SIDES_HELP = "fill: B's status · border: A's status"
-FORK_MARK = "⑂"
+FORK_MARK = "↳"
 SELECTED_HALO = "#ffb300"
 
 # when a node ran several times, the colour shows the most telling visit
@@ -155,7 +155,7 @@ def diff_graph_spec(nodes: list, edges: list, rows: list) -> dict:
 
 
 def mark(spec: dict, fork_point: Optional[str] = None, selected: Optional[str] = None) -> dict:
-    """The spec with the fork point (⑂ in the label, a dashed border) and the selected node (a
+    """The spec with the fork point (↳ in the label, a dashed border) and the selected node (a
     halo) marked; node names, never step keys (`critique#2` marks `critique`)."""
     out = []
     for n in spec["nodes"]:

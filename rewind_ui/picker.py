@@ -68,6 +68,8 @@ def draw_graph(spec: dict, state_key: str, height: int = 140) -> Optional[str]:
     config.layout["hierarchical"].update(direction="LR", sortMethod="directed", levelSeparation=120,
                                          nodeSpacing=80, shakeTowards="roots")
     config.width = "100%"
+    # Config sets `groups` to None, which vis-network rejects ("Invalid type received for groups")
+    config.__dict__.pop("groups", None)
     value = agraph(nodes=nodes, edges=edges, config=config)
     # report a click only when the value changes (a redrawn graph with new data starts again
     # from None)
