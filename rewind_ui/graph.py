@@ -79,6 +79,50 @@ def _edges(edges: Iterable) -> list:
     return out
 
 
+def levels(names: list, edges: list) -> dict:
+    """{node: column} for the left-to-right layout: the longest path from the first node with
+    every loop's back edge left out, so a branch fans out and a loop's return edge points back
+    (vis-network's own "directed" sort puts every node of a cycle in one column)."""
+    succ: dict = {n: [] for n in names}
+    for e in edges:
+        if e["source"] in succ and e["target"] in succ:
+            succ[e["source"]].append(e["target"])
+    back, state = set(), {}
+    for root in names:  # iterative DFS: a back edge points at a node still on the stack
+        if root in state:
+            continue
+        stack = [(root, iter(succ[root]))]
+        state[root] = "open"
+        while stack:
+            node, it = stack[-1]
+            nxt = next(it, None)
+            if nxt is None:
+                state[node] = "done"
+                stack.pop()
+            elif state.get(nxt) == "open":
+                back.add((node, nxt))
+            elif nxt not in state:
+                state[nxt] = "open"
+                stack.append((nxt, iter(succ[nxt])))
+    level = {n: 0 for n in names}
+    for _ in names:  # longest path over the acyclic rest (Bellman-style, at most len(names) rounds)
+        moved = False
+        for src in names:
+            for dst in succ[src]:
+                if (src, dst) not in back and level[dst] < level[src] + 1:
+                    level[dst], moved = level[src] + 1, True
+        if not moved:
+            break
+    return level
+
+
+def _with_levels(spec: dict) -> dict:
+    lv = levels([n["id"] for n in spec["nodes"]], spec["edges"])
+    for n in spec["nodes"]:
+        n["level"] = lv.get(n["id"], 0)
+    return spec
+
+
 def run_graph_spec(nodes: list, edges: list, steps: list, alarmed: Iterable[str] = ()) -> dict:
     """Nodes coloured by step status with tooltips giving each visit's status and reason."""
     statuses = node_status(steps)
@@ -106,7 +150,7 @@ def run_graph_spec(nodes: list, edges: list, steps: list, alarmed: Iterable[str]
             "id": n, "label": ("⚠ " if n in alarmed else "") + n, "status": status,
             "color": STATUS_COLORS.get(status, "#607d8b"), "title": tooltip_escape("\n".join(lines)),
         })
-    return {"nodes": out_nodes, "edges": _edges(edges)}
+    return _with_levels({"nodes": out_nodes, "edges": _edges(edges)})
 
 
 def diff_outcome(row: Any) -> str:
@@ -151,7 +195,7 @@ def diff_graph_spec(nodes: list, edges: list, rows: list) -> dict:
             "b_status": b_status, "color": STATUS_COLORS.get(b_status, "#607d8b"),
             "border": STATUS_COLORS.get(a_status, "#607d8b"), "title": tooltip_escape("\n".join(lines)),
         })
-    return {"nodes": out_nodes, "edges": _edges(edges)}
+    return _with_levels({"nodes": out_nodes, "edges": _edges(edges)})
 
 
 def mark(spec: dict, fork_point: Optional[str] = None, selected: Optional[str] = None) -> dict:

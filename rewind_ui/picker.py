@@ -42,7 +42,8 @@ def _vis_node(n: dict, Node: Any) -> Any:
         color["border"] = "#263238"
     return Node(id=n["id"], label=n["label"], title=n["title"], color=color, shape="box",
                 font={"color": "#ffffff", "size": 16, "face": "sans-serif"}, margin=12,
-                borderWidth=width, borderWidthSelected=width + 1, **extra)
+                borderWidth=width, borderWidthSelected=width + 1, **extra,
+                **({"level": n["level"]} if "level" in n else {}))
 
 
 def draw_graph(spec: dict, state_key: str, height: int = 140) -> Optional[str]:

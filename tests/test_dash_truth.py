@@ -384,3 +384,16 @@ def test_the_noise_band_detail_is_readable(pair):
     assert len(measures) == len(row.noise_detail)
     assert all("{...}" not in str(v) for v in tables[0]["Value"])
     assert not [j for j in at.json if j.proto.expanded is False]  # no collapsed {...}
+
+
+def test_the_graph_layout_fans_out_a_branch_and_points_a_loop_back():
+    from rewind_ui import graph as ug
+
+    edges = [{"source": a, "target": b} for a, b in (
+        ("start", "left"), ("start", "right"), ("left", "join"), ("right", "join"),
+        ("join", "start"), ("join", "end"))]
+    assert ug.levels(["start", "left", "right", "join", "end"], edges) == {
+        "start": 0, "left": 1, "right": 1, "join": 2, "end": 3}
+    chain = [f"n{i}" for i in range(40)]
+    lv = ug.levels(chain, [{"source": a, "target": b} for a, b in zip(chain, chain[1:])])
+    assert [lv[n] for n in chain] == list(range(40))
