@@ -227,6 +227,8 @@ def legend_html(colors: dict, help: Optional[dict] = None, marks: Optional[dict]
             f'border-radius:3px;background:{color};margin-right:5px"></span>{label}</span>'
         )
     for label, sign in (marks or {}).items():
+        if label in colors:  # "not reached" is a colour already
+            continue
         tip = DIFF_HELP.get(label, "")
         items.append(f'<span title="{tip}" style="margin-right:14px;font-size:0.85rem">'
                      f'<b>{sign}</b> {label}</span>')
