@@ -5,7 +5,8 @@ shows is computed in rewind_ui/diff_view.py; this file lays it out."""
 import streamlit as st
 
 import rewind
-from rewind_ui import charts, core, fmt, progress, selection, shell
+from rewind import costs
+from rewind_ui import calls_view, charts, core, fmt, progress, selection, shell, textview
 from rewind_ui import diff_view as view
 from rewind_ui import graph as ug
 from rewind_ui.picker import graph_picker
@@ -46,7 +47,7 @@ def _swap() -> None:
         st.session_state.get(selection.DIFF_B), st.session_state.get(selection.DIFF_A))
 
 
-c1, c2, c3 = st.columns([5, 5, 1], vertical_alignment="bottom")
+c1, c2, c3 = st.columns([4, 4, 1], vertical_alignment="bottom")
 with c1:
     a_id = selection.bound_selectbox("A (original)", options, selection.DIFF_A,
                                      format_func=lambda i: labels.get(i, i), accept_new_options=True)
@@ -84,23 +85,27 @@ st.caption(f"Verdict: {md(d.verdict)}")
 fork_caption = view.fork_caption(run_a, run_b)
 if fork_caption:
     st.caption(fork_caption)
-for col, (label, value, delta) in zip(st.columns(5), view.metrics(d)):
-    col.metric(label, value, **({"delta": delta, "delta_color": "inverse"} if delta is not None else {}))
+headline = view.metrics(d)
+for row in (headline[:4], headline[4:]):  # four to a row: every label whole at 1280 px
+    for col, (label, value, delta, help_text) in zip(st.columns(4), row):
+        col.metric(label, value, help=help_text,
+                   **({"delta": delta, "delta_color": "inverse"} if delta is not None else {}))
+st.caption(view.dollars_caption(costs.run_costs(run_a), costs.run_costs(run_b)))
 
 # --- graph and rows ----------------------------------------------------------------------------
 rows_by_key = view.rows_by_key(d)
 nodes, edges = core.graph_of(run_b)
 focus, _ = graph_picker(
-    ug.diff_graph_spec(nodes, edges, d.rows), (ug.DIFF_COLORS, ug.DIFF_HELP), view.choices(d),
+    ug.diff_graph_spec(nodes, edges, d.rows),
+    (ug.STATUS_COLORS, ug.STATUS_HELP, ug.DIFF_MARKS, ug.DIFF_SIDES_HELP), view.choices(d),
     f"diff_node:{a_id}:{b_id}", f"_ag_diff_{a_id}_{b_id}", "Node", default=view.first_diverged(d),
     empty="Neither run has steps.", where="in these runs",
+    fork_point=run_b.fork_node if run_b.parent_id == run_a.id else None,
 )
 
-st.dataframe(
-    view.table(d, with_noise=noisy is not None), hide_index=True, width="stretch",
-    column_config={"A reason": st.column_config.TextColumn(width="medium"),
-                   "B reason": st.column_config.TextColumn(width="medium")},
-)
+# a static table wraps its text: every reason is on screen at 1280 px, no horizontal scrolling
+# (st.table renders cells as markdown, hence md_rows)
+st.table(fmt.md_rows(view.table(d, with_noise=noisy is not None)), hide_index=True)
 
 # --- one node side by side ---------------------------------------------------------------------
 if focus:
@@ -109,7 +114,7 @@ if focus:
     if r.noise:
         (st.warning if r.noise == "beyond noise" else st.info)(f"Noise band: {md(r.noise)}")
         if r.noise_detail:
-            st.json(fmt.to_jsonable(r.noise_detail), expanded=False)
+            st.table(fmt.md_rows(calls_view.noise_detail_rows(r.noise_detail)), hide_index=True)
     for col, (label, run, h, status, reason) in zip(st.columns(2), view.sides(r, run_a, run_b)):
         with col:
             st.markdown(f"**{label}** · {md(status or 'absent')}")
@@ -121,7 +126,7 @@ if focus:
                 outputs = None
                 st.caption(f"outputs unavailable: {md(e)}")
             if outputs is not None:
-                st.json(fmt.to_jsonable(outputs), expanded=2)
+                textview.show_fields(outputs)
     if r.text_diffs:
         st.markdown("**Text diff**")
         for name, diff_text in r.text_diffs.items():
@@ -137,8 +142,9 @@ if focus:
 # --- cost and latency --------------------------------------------------------------------------
 keys = list(rows_by_key)
 c1, c2 = st.columns(2)
-c1.plotly_chart(charts.compare_bars("Tokens per node", keys, *view.token_series(d), "tokens", delta=True),
-                width="stretch", key="diff_cost")
+a_cost, b_cost, cost_delta = view.cost_series(d)
+c1.plotly_chart(charts.compare_bars("Trajectory cost per node (Δ only where inputs changed)", keys, a_cost,
+                                    b_cost, "tokens", delta=cost_delta), width="stretch", key="diff_cost")
 c2.plotly_chart(charts.compare_bars(f"Latency per node ({fmt.LATENCY_UNIT})", keys, *view.latency_series(d),
                                     fmt.LATENCY_UNIT), width="stretch", key="diff_latency")
 

@@ -66,6 +66,7 @@ nodes, edges = core.graph_of(run)
 key, _ = graph_picker(
     ug.run_graph_spec(nodes, edges, run.steps), (ug.STATUS_COLORS, ug.STATUS_HELP), view.choices(points),
     selection.FORK_NODE, f"_ag_fork_{run.id}", "Fork at node",
+    fork_point=run.fork_node if run.parent_id else None,
 )
 selection.write_query_params({"run": run.id, "node": key})
 point = by_key[key]
@@ -132,13 +133,16 @@ errors = edit_errors + param_errors
 st.subheader("What will change")
 for e in errors:
     st.error(f"Field **{md(e.field)}** {md(e.message)} Nothing will run until it is fixed.")
-if not edit and not params:
+if errors:
+    pass  # a field that cannot be read is not "no changes": the errors above say what to fix
+elif not edit and not params:
     st.info(
         "No changes: a replay will serve every node from the cache (0 tokens, identical output "
         "hashes) — useful to prove the cache is sound."
     )
 else:
-    st.json(fmt.to_jsonable({"at": key, "edit": edit, "params": params}))
+    # long values are cut here (the whole value is what the replay sends)
+    st.json(fmt.preview_value(fmt.to_jsonable({"at": key, "edit": edit, "params": params})))
     for text in view.text_diffs({**edit, **params}, {**poriginals, **originals}):
         st.code(text, language="diff")
 
@@ -155,10 +159,34 @@ elif side_nodes:
                + ("." if access.side_effects_allowed() else
                   f": this server does not allow side effects from the dashboard ({access.SIDE_EFFECTS_ENV})."))
 
+# --- the plan: what the replay will re-run, keep, skip, and cost, before anything is paid ----------
+plan, confirmed = None, True
+if not errors:
+    st.subheader("Fork plan")
+    try:
+        plan = rw.plan_fork(run.id, point.node, edit=edit or None, params=params or None,
+                            occurrence=point.occurrence,
+                            allow_side_effects=bool(allow) and access.side_effects_allowed())
+    except rewind.RewindError as e:
+        st.error(f"No plan for this fork: {md(e)}")
+    else:
+        for line in view.plan_summary(plan):
+            st.markdown(line)
+        with st.expander("Every step of the plan, and why"):
+            st.dataframe(view.plan_rows(plan), hide_index=True, width="stretch",
+                         column_config={"Why": st.column_config.TextColumn(width="large")})
+        if plan.needs_confirmation:
+            st.warning("This fork needs an explicit confirmation: " + md("; ".join(plan.confirm_reasons)) + ".")
+            confirmed = st.checkbox(md(view.confirmation_label(plan), 300), value=False,
+                                    key=f"{prefix}:confirm:{plan.est_tokens}:{plan.edit_chars}")
+
 # --- replay ------------------------------------------------------------------------------------
 if st.button("▶ Replay", type="primary"):
     if errors:
         st.error("Nothing was run or written: fix the fields above first.")
+    elif not confirmed:
+        st.error("Nothing was run or written: tick the confirmation above first (the plan says why "
+                 "it is needed).")
     else:
         inherited = view.inherited_keys(points, key)
         with st.status(f"Replaying from {key}…", expanded=True) as status:
@@ -185,8 +213,10 @@ if last:
     st.divider()
     st.subheader(f"Last replay: fork {last['id']}")
     st.caption(f"of run {md(last['parent'])} at {md(last['at'])} · {md(last['status'])}")
-    for col, (label, value) in zip(st.columns(4), view.last_fork_metrics(last)):
-        col.metric(label, value)
+    summary = view.last_fork_metrics(last)
+    for row in (summary[:3], summary[3:]):
+        for col, (label, value) in zip(st.columns(3), row):
+            col.metric(label, value)
     st.caption(view.last_fork_caption(last))
     if last.get("error"):
         st.code(last["error"], language=None)

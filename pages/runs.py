@@ -6,7 +6,7 @@ import json
 import streamlit as st
 
 import rewind
-from rewind_ui import charts, core, fmt, progress, selection, shell
+from rewind_ui import charts, core, fmt, progress, selection, shell, textview
 from rewind_ui import graph as ug
 from rewind_ui import runs_view as view
 from rewind_ui.picker import graph_picker
@@ -15,11 +15,19 @@ shell.page_guard()  # before anything is drawn: see rewind_ui/shell.py
 
 rw = core.get_rw()
 md = fmt.md_escape
+# set while the shown run was asked for by id (a deep link, the open box): a filter that matches
+# nothing still hides a run picked from an earlier table, never one asked for by id
+EXPLICIT = "_sel_explicit"
+
+
+def _filters_changed() -> None:
+    st.session_state[EXPLICIT] = False
 
 # a deep link (?run=ID&node=NAME) wins over the session's selection when it is new
 link = selection.deep_link(("run", "node"))
 if link and link.get("run"):
     selection.select_run(link["run"], link.get("node"))
+    st.session_state[EXPLICIT] = True
 
 
 def start_run(pipeline, state: dict, use_cache: bool = True):
@@ -85,7 +93,7 @@ with st.expander("Start a run", icon=":material/play_arrow:", expanded=total_all
                 use_cache = st.checkbox("Serve cache hits (an identical re-run is free)", value=True)
                 submitted = st.form_submit_button("Start run", type="primary")
             if submitted:
-                state, problem = view.parse_initial_state(st.session_state.get(state_key, ""))
+                state, problem = view.parse_initial_state(st.session_state.get(state_key, ""), pipeline)
                 if problem:
                     st.error(problem)
                 else:
@@ -97,11 +105,11 @@ with st.expander("Start a run", icon=":material/play_arrow:", expanded=total_all
 st.subheader("All runs")
 f1, f2, f3, f4, f5 = st.columns([2, 2, 3, 1.3, 1.2], vertical_alignment="bottom")
 pipeline_filter = f1.selectbox("Pipeline", [view.ALL] + core.pipeline_names(), key="flt_pipeline",
-                               persist_state="session")
-status_filter = f2.selectbox("Status", [view.ALL, *view.RUN_STATUSES], key="flt_status", persist_state="session")
+                               persist_state="session", on_change=_filters_changed)
+status_filter = f2.selectbox("Status", [view.ALL, *view.RUN_STATUSES], key="flt_status", persist_state="session", on_change=_filters_changed)
 search = f3.text_input("Search", key="flt_search", placeholder="run id, question or pipeline",
-                       persist_state="session")
-forks_only = f4.toggle("Forks only", key="flt_forks", persist_state="session")
+                       persist_state="session", on_change=_filters_changed)
+forks_only = f4.toggle("Forks only", key="flt_forks", persist_state="session", on_change=_filters_changed)
 page_size = f5.selectbox("Rows", view.PAGE_SIZES, index=1, key="flt_size", persist_state="session")
 
 filters = view.filters(pipeline_filter, status_filter, forks_only, search)
@@ -120,6 +128,7 @@ def _open_typed_run() -> None:
     rid = (st.session_state.get("open_run_id") or "").strip()
     if rid:
         selection.select_run(rid)
+        st.session_state[EXPLICIT] = True
 
 
 ocol.text_input("Open a run by id", key="open_run_id", on_change=_open_typed_run,
@@ -134,6 +143,7 @@ def _on_table_select() -> None:
     ids = st.session_state.get("_runs_page_ids", [])
     if picked and picked[0] < len(ids):
         selection.select_run(ids[picked[0]])
+        st.session_state[EXPLICIT] = False
 
 
 if rows:
@@ -143,12 +153,21 @@ if rows:
         column_config={
             "Question / first input": st.column_config.TextColumn(width="medium"),
             "Run": st.column_config.TextColumn(width=140),
+            "Parent": st.column_config.TextColumn(width=140),
+            "Started": st.column_config.TextColumn(width="small"),
             fmt.LATENCY_COLUMN: st.column_config.NumberColumn(format="%.1f"),
         },
     )
     st.caption(view.showing(offset, len(rows), total))
 else:
     st.caption("No runs match these filters." if total_all else "")
+
+# a filter that matches nothing shows nothing below it: the run opened before belongs to
+# another result (a run opened by id or a deep link is still shown)
+filtered = bool(filters["pipeline"] or filters["status"] or filters["forks_only"] or filters["search"])
+if total_all and filtered and not rows and not st.session_state.get(EXPLICIT):
+    selection.write_query_params({"run": None, "node": None})
+    st.stop()
 
 # --- the selected run --------------------------------------------------------------------------
 
@@ -168,8 +187,10 @@ st.subheader(f"Run {run.id}")
 st.caption(view.run_caption(run))
 st.text(run.summary or "(no text input)")
 
-for col, (label, value) in zip(st.columns(5), view.run_metrics(run)):
-    col.metric(label, value)
+header = view.run_metrics(run)
+for row in (header[:4], header[4:]):  # four to a row: every label whole at 1280 px
+    for col, (label, value, help_text) in zip(st.columns(4), row):
+        col.metric(label, value, help=help_text)
 if run.error:
     st.error("The run did not complete:")
     st.code(run.error, language=None)
@@ -220,7 +241,7 @@ st.markdown("**Graph** · hover a node for its reason, click it to open the step
 sel_key, side = graph_picker(
     ug.run_graph_spec(nodes, edges, run.steps, alarmed=alarmed), (ug.STATUS_COLORS, ug.STATUS_HELP),
     view.step_choices(run), selection.SEL_NODE, f"_ag_run_{run.id}", "Step", side=True,
-    empty="This run has no steps.",
+    empty="This run has no steps.", fork_point=run.fork_node if run.parent_id else None,
 )
 if sel_key:
     with side:
@@ -232,7 +253,8 @@ selection.write_query_params({"run": run.id, "node": sel_key})
 
 st.markdown("**Steps**")
 st.dataframe(view.step_rows(run), hide_index=True, width="stretch",
-             column_config={"Reason": st.column_config.TextColumn(width="large")})
+             column_config={"Reason": st.column_config.TextColumn(width="large"),
+                            "#": st.column_config.NumberColumn(width=40)})
 if run.steps:
     keys, colors, hover = list(by_key), view.status_colors(run.steps), [s.status for s in run.steps]
     for col, (title, values, unit, chart_key) in zip(st.columns(2), view.chart_series(run)):
@@ -242,7 +264,7 @@ if run.steps:
 if sel_key and sel_key in by_key:
     step = by_key[sel_key]
     st.markdown(view.step_title(sel_key, step))
-    for col, (label, value, help_text) in zip(st.columns(4), view.step_metrics(step)):
+    for col, (label, value, help_text) in zip(st.columns(5), view.step_metrics(step)):  # short labels
         col.metric(label, value, help=help_text)
     st.caption("Reason")
     st.text(step.reason or "—")
@@ -251,15 +273,20 @@ if sel_key and sel_key in by_key:
         st.code(step.error, language=None)
     st.caption("Hashes")
     st.code(view.hashes_text(step), language=None)
-    tabs = st.tabs(["Inputs", "Outputs", "Params", "State after this step", "Field hashes"])
-    for tab, getter in ((tabs[0], lambda: step.inputs), (tabs[1], lambda: step.outputs),
-                        (tabs[2], lambda: step.params)):
+    calls = list(step.calls or [])
+    tabs = st.tabs(["Inputs", "Outputs", f"Model calls ({len(calls)})", "Params",
+                    "State after this step", "Field hashes"])
+    for tab, getter in ((tabs[0], lambda: step.inputs), (tabs[1], lambda: step.outputs)):
         with tab:
             try:
-                st.json(fmt.to_jsonable(getter()), expanded=2)
+                textview.show_fields(getter())
             except rewind.RewindError as e:
                 st.warning(f"Not available: {md(e)}")
+    with tabs[2]:
+        textview.show_calls(calls)
     with tabs[3]:
+        st.json(fmt.to_jsonable(step.params or {}), expanded=2)
+    with tabs[4]:
         try:
             snap = rw.state_at(step)
         except rewind.RewindError as e:
@@ -269,7 +296,7 @@ if sel_key and sel_key in by_key:
             st.caption("No saved state for this step.")
         else:
             st.json(fmt.to_jsonable(fmt.public_state(snap)), expanded=1)
-    with tabs[4]:
+    with tabs[5]:
         st.json(step.field_hashes or {})
 
 # determinism audit

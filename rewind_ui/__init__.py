@@ -10,6 +10,7 @@
     picker      the graph + step picker component shared by Runs, Fork and Diff
     progress    the progress bar behind audit and noise-band callbacks
     editors     the Fork page's value widgets and change detection
+    textview    a step's fields (text with its line breaks) and its model calls, drawn as text
 
 pure (no streamlit import, tested in tests/test_ui_views.py):
 
@@ -18,5 +19,6 @@ pure (no streamlit import, tested in tests/test_ui_views.py):
     graph       graph specs: node colours and tooltips by step status or diff outcome
     steps       the picker's choices and how a deep link or a click becomes one
     charts      the plotly bar charts
+    calls_view  what the step view says about a step's model calls and the noise band's detail
     runs_view   fork_view   diff_view       the three pages' view-models
 """

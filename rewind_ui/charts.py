@@ -3,7 +3,7 @@ bar, status colours from graph.py, and an axis that starts at zero even when eve
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Any, Optional
 
 import plotly.graph_objects as go
 
@@ -30,15 +30,16 @@ def node_bars(title: str, keys: list, values: list, unit: str, colors: list,
     return _layout(fig, title, unit, values, height, legend=False)
 
 
-def compare_bars(title: str, keys: list, a: list, b: list, unit: str, delta: bool = False,
+def compare_bars(title: str, keys: list, a: list, b: list, unit: str, delta: Any = False,
                  height: int = 320) -> go.Figure:
-    """A beside B per node, and optionally the delta B − A (green when B is lower)."""
+    """A beside B per node, and optionally a delta (green when B is lower): `True` draws B − A,
+    a list draws those values (the diff's cost delta, 0 where a node's inputs did not change)."""
     fig = go.Figure()
     fig.add_bar(name="A (original)", x=keys, y=a, marker_color=A_COLOR)
     fig.add_bar(name="B (replay)", x=keys, y=b, marker_color=B_COLOR)
     values = list(a) + list(b)
-    if delta:
-        d = [y - x for x, y in zip(a, b)]
+    if delta is not False and delta is not None:
+        d = list(delta) if isinstance(delta, (list, tuple)) else [y - x for x, y in zip(a, b)]
         fig.add_bar(name="delta (B − A)", x=keys, y=d, marker_color=[LESS if v <= 0 else MORE for v in d])
         values += d
     fig.update_layout(barmode="group")

@@ -47,15 +47,30 @@ def verdict(d: Any) -> tuple:
                        f"compared nodes identical, {len(d.diverged)} diverged.")
 
 
+COST_HELP = ("what the whole trajectory would cost run fresh (inherited and cached steps at their "
+             "recorded cost); the change counts only nodes whose inputs changed")
+SPENT_HELP = "tokens the run itself paid for (a fork does not pay for what it inherits or gets from the cache)"
+
+
 def metrics(d: Any) -> list:
-    """(label, value, delta) for the headline."""
+    """(label, value, delta, help) for the headline: like compared with like, trajectory cost A
+    against B (the change is 0 on every node whose inputs did not change), then what each spent."""
     compared = [r for r in d.rows if r.identical is not None]
     same = sum(1 for r in compared if r.identical)
-    return [("Identical nodes", f"{same} / {len(compared)}", None),
-            ("First divergence", d.first_divergence or "none", None),
-            ("Tokens A", fmt.fmt_tokens(d.tokens_a), None),
-            ("Tokens B", fmt.fmt_tokens(d.tokens_b), int(d.tokens_b - d.tokens_a)),
-            ("Saved by B (cache)", fmt.fmt_tokens(getattr(d, "tokens_saved_b", 0)), None)]
+    return [("Identical nodes", f"{same} / {len(compared)}", None, None),
+            ("First divergence", d.first_divergence or "none", None, None),
+            ("Trajectory cost A", fmt.fmt_tokens(d.cost_a), None, COST_HELP),
+            ("Trajectory cost B", fmt.fmt_tokens(d.cost_b), int(d.cost_delta), COST_HELP),
+            ("Spent by A", fmt.fmt_tokens(d.tokens_a), None, SPENT_HELP),
+            ("Spent by B", fmt.fmt_tokens(d.tokens_b), None, SPENT_HELP),
+            ("Saved by B", fmt.fmt_tokens(max(int(d.cost_b) - int(d.tokens_b), 0)), None,
+             "B's trajectory cost minus what B spent (inherited and cached steps)")]
+
+
+def dollars_caption(costs_a: dict, costs_b: dict) -> str:
+    """`Trajectory cost in USD: A $0.0123 · B $0.0130 (price table; REWIND_PRICES)`."""
+    return (f"Trajectory cost in USD: A {fmt.fmt_dollars(costs_a['dollars'])} · B "
+            f"{fmt.fmt_dollars(costs_b['dollars'])} (price table; set REWIND_PRICES to change it)")
 
 
 def fork_caption(run_a: Any, run_b: Any) -> Optional[str]:
@@ -69,12 +84,14 @@ def fork_caption(run_a: Any, run_b: Any) -> Optional[str]:
 
 
 def table(d: Any, with_noise: bool) -> list:
+    """One row per aligned step: the why (B's reason, which is what changed) before the numbers,
+    A's reason last (an original run's reasons are mostly `no earlier entry`); the hashes are in
+    the node's detail. Costs are the core's (rewind.costs): Δ cost is 0 where inputs did not change."""
     return [
-        {"Node": k, "Match": fmt.MATCH_MARK[r.identical], "Outcome": diff_outcome(r),
-         "A status": r.a_status or "—", "B status": r.b_status or "—",
-         "A output hash": fmt.short_hash(r.a_hash, 12), "B output hash": fmt.short_hash(r.b_hash, 12),
-         "A tokens": r.a_tokens, "B tokens": r.b_tokens, "A reason": r.a_reason, "B reason": r.b_reason,
-         **({"Noise": r.noise or "—"} if with_noise else {})}
+        {"Node": k, "Match": fmt.MATCH_MARK[r.identical], "A status": r.a_status or "—",
+         "B status": r.b_status or "—", "B reason": r.b_reason, "Δ cost": r.cost_delta,
+         "A cost": r.a_cost, "B cost": r.b_cost, "B spent": r.b_tokens,
+         **({"Noise": r.noise or "—"} if with_noise else {}), "A reason": r.a_reason}
         for k, r in rows_by_key(d).items()
     ]
 
@@ -91,8 +108,9 @@ def field_rows(r: Any) -> list:
             for changes in (r.field_diffs or {}).values() for ch in changes]
 
 
-def token_series(d: Any) -> tuple:
-    return [r.a_tokens for r in d.rows], [r.b_tokens for r in d.rows]
+def cost_series(d: Any) -> tuple:
+    """(A's recorded cost, B's recorded cost, the core's delta) per aligned step."""
+    return [r.a_cost for r in d.rows], [r.b_cost for r in d.rows], [r.cost_delta for r in d.rows]
 
 
 def latency_series(d: Any) -> tuple:

@@ -38,10 +38,26 @@ def kind_of(value: Any) -> str:
     return JSON
 
 
+def _nonfinite_text(value: Any) -> Optional[str]:
+    """`NaN` / `Infinity` / `-Infinity` for a non-finite float (shown as what it is, never as
+    the text "nan" that to_jsonable would make of it), else None."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
+    return None
+
+
+class _NotANumber(ValueError):
+    pass
+
+
+def _refuse_constant(name: str) -> Any:
+    raise _NotANumber(name)
+
+
 def widget_initial(kind: str, value: Any) -> Any:
     """What the widget starts with for a recorded value."""
     if kind == JSON:
-        return json_text(value)
+        return _nonfinite_text(value) or json_text(value)
     if kind == FLOAT:
         return float(value)
     return value
@@ -54,7 +70,10 @@ def parse_value(kind: str, raw: Any, field: str) -> Any:
         if not text.strip():
             raise FieldError(field, "is empty; write JSON (for example null, 42, \"text\" or {})")
         try:
-            return json.loads(text)
+            return json.loads(text, parse_constant=_refuse_constant)
+        except _NotANumber as e:
+            raise FieldError(field, f"is {e}, which is not a number a run can record; write a "
+                                    "finite number (for example 0 or 42)") from None
         except json.JSONDecodeError as e:
             raise FieldError(
                 field, f"is not valid JSON: {e.msg} at line {e.lineno}, column {e.colno}"
@@ -94,6 +113,8 @@ def changes(originals: dict, kinds: dict, raws: dict) -> tuple:
     `errors` is a list of `FieldError`; a field with an error is never in the changes."""
     changed, errors = {}, []
     for field, raw in raws.items():
+        if field in originals and kinds[field] == JSON and raw == widget_initial(JSON, originals[field]):
+            continue  # untouched (a recorded NaN stays the recorded value, not an error)
         try:
             value = parse_value(kinds[field], raw, field)
         except FieldError as e:

@@ -35,6 +35,25 @@ def md_escape(text: Any, limit: Optional[int] = None) -> str:
     return _MD_SPECIAL.sub(r"\\\1", s)
 
 
+_ASCII_PUNCT = re.compile(r"([!-/:-@\[-`{-~])")
+
+
+def md_cell(text: Any, limit: Optional[int] = 600) -> str:
+    """`text` made inert in an st.table cell (markdown without entity decoding there): every
+    ASCII punctuation character backslash-escaped, so `<img>` and `**` show as typed."""
+    s = "" if text is None else str(text)
+    if limit is not None and len(s) > limit:
+        s = s[: max(0, limit - 1)] + "…"
+    s = s.replace("\r", " ").replace("\n", " ")
+    return _ASCII_PUNCT.sub(r"\\\1", s)
+
+
+def md_rows(rows: list, limit: int = 600) -> list:
+    """Rows for st.table, which renders every cell as markdown: each text cell md_cell'd
+    (numbers stay numbers), so model text in a cell is shown, never rendered."""
+    return [{k: (md_cell(v, limit) if isinstance(v, str) else v) for k, v in r.items()} for r in rows]
+
+
 def tooltip_escape(text: Any, limit: int = 600) -> str:
     """Text for a vis-network tooltip (streamlit-agraph puts it in a div via innerHTML):
     every HTML special character escaped, so `<img onerror>` is shown, never parsed."""
@@ -84,7 +103,46 @@ def step_line(step: Any) -> str:
 
 
 def spent_saved(run: Any) -> str:
-    return f"{fmt_tokens(run.total_tokens)} tokens spent, {fmt_tokens(run.tokens_saved)} saved"
+    """`1,911 tokens spent, 119 saved` with the core's definitions (rewind.costs)."""
+    spent = getattr(run, "spent", None)
+    spent = run.total_tokens if spent is None else spent
+    saved = getattr(run, "saved", None)
+    saved = run.tokens_saved if saved is None else saved
+    return f"{fmt_tokens(spent)} tokens spent, {fmt_tokens(saved)} saved"
+
+
+def fmt_dollars(usd: Any) -> str:
+    """`$0.0123` from the price table (rewind.costs), `$0` for free models, `unpriced` when a
+    model has no price (set REWIND_PRICES)."""
+    if usd is None:
+        return "unpriced"
+    usd = float(usd)
+    if usd == 0:
+        return "$0"
+    return f"${usd:.4f}" if abs(usd) < 100 else f"${usd:,.2f}"
+
+
+# a field's text longer than this is cut in previews (the full value is sent, never dumped)
+PREVIEW_CHARS = 2_000
+
+
+def preview_text(text: Any, limit: int = PREVIEW_CHARS) -> str:
+    """`text` cut at `limit` characters with a note of its real size (plain text)."""
+    s = "" if text is None else str(text)
+    if len(s) <= limit:
+        return s
+    return s[:limit] + f"\n… ({len(s) - limit:,} more characters, {len(s):,} in all)"
+
+
+def preview_value(value: Any, limit: int = PREVIEW_CHARS) -> Any:
+    """A value for st.json previews with every long string cut (see preview_text)."""
+    if isinstance(value, str):
+        return preview_text(value, limit)
+    if isinstance(value, dict):
+        return {k: preview_value(v, limit) for k, v in value.items()}
+    if isinstance(value, list):
+        return [preview_value(v, limit) for v in value]
+    return value
 
 
 def keys_list(keys: Any) -> str:

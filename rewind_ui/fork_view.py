@@ -13,6 +13,8 @@ import difflib
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
+from rewind.costs import run_costs
+
 from . import fmt
 from .graph import NOT_REACHED
 from .steps import numbered
@@ -77,12 +79,14 @@ def shown_params(pipeline: Any, point: ForkPoint) -> list:
             for n in names if n in point.params or n in defaults]
 
 
-def text_diffs(changed: dict, originals: dict) -> list:
-    """Unified diffs of the text fields that changed (for the preview)."""
+def text_diffs(changed: dict, originals: dict, limit: int = fmt.PREVIEW_CHARS) -> list:
+    """Unified diffs of the text fields that changed (for the preview); a side longer than
+    `limit` is cut first, so a huge edit never dumps itself into the page."""
     out = []
     for name, value in changed.items():
         before = originals.get(name)
         if isinstance(before, str) and isinstance(value, str):
+            before, value = fmt.preview_text(before, limit), fmt.preview_text(value, limit)
             text = "\n".join(difflib.unified_diff(before.splitlines(), value.splitlines(),
                                                   f"recorded/{name}", f"edited/{name}", lineterm="", n=1))
             if text:
@@ -104,21 +108,68 @@ def inherited_keys(points: list, key: str) -> list:
     return keys[: keys.index(key)] if key in keys else []
 
 
+# --- the plan shown before anything runs (rw.plan_fork) ------------------------------------------
+
+PLAN_ORDER = ("re-run", "may re-run", "cached", "dry-run", "inherited")
+
+
+def plan_rows(plan: Any) -> list:
+    """One row per step of the plan: what will happen to it and why, and its estimate."""
+    return [{"Node": fmt.step_key(r.node, r.occurrence), "Will": r.verdict, "Why": r.reason,
+             "Est. tokens": r.est_tokens, "Est. cost": fmt.fmt_dollars(r.est_dollars)}
+            for r in plan.rows]
+
+
+def plan_summary(plan: Any) -> list:
+    """Markdown lines: the nodes that will re-run, may re-run, stay cached, are dry-run or are
+    inherited (names escaped), then the estimate."""
+    lines = []
+    for verdict in PLAN_ORDER:
+        keys = [fmt.step_key(r.node, r.occurrence) for r in plan.rows if r.verdict == verdict]
+        if keys:
+            label = {"re-run": "Will re-run", "may re-run": "May re-run (if an upstream output changes)",
+                     "cached": "Stays cached", "dry-run": "Side effects skipped (dry-run)",
+                     "inherited": "Inherited from the parent"}[verdict]
+            lines.append(f"{fmt.status_dot(_PLAN_DOT[verdict])} **{label}:** {fmt.keys_list(keys)}")
+    lines.append(f"**Estimate:** at most {fmt.fmt_tokens(plan.est_tokens)} tokens, "
+                 f"{fmt.fmt_dollars(plan.est_dollars)} (every step that will or may re-run at its "
+                 "recorded cost)")
+    return lines
+
+
+_PLAN_DOT = {"re-run": "executed", "may re-run": "executed", "cached": "cached", "dry-run": "dry-run",
+             "inherited": "inherited"}
+
+
+def confirmation_label(plan: Any) -> str:
+    return "I understand: run this fork although " + " and ".join(plan.confirm_reasons)
+
+
+# --- the last replay -----------------------------------------------------------------------------
+
 def last_fork(forked: Any, parent: Any, at: str) -> dict:
-    """What the page keeps of a replay (plain data, kept in the session)."""
+    """What the page keeps of a replay (plain data, kept in the session), with the core's
+    costs of both runs (rewind.costs) so the page compares like with like."""
     def keys(status: str) -> list:
         return [fmt.step_key(s.node, s.occurrence) for s in forked.steps if s.status == status]
 
+    mine, theirs = run_costs(forked), run_costs(parent)
     return {"id": forked.id, "parent": parent.id, "at": at, "status": forked.status,
-            "spent": forked.total_tokens, "saved": forked.tokens_saved, "original": parent.total_tokens,
+            "spent": mine["spent"], "saved": mine["saved"], "cost": mine["trajectory_cost"],
+            "dollars": mine["dollars"], "original": theirs["trajectory_cost"],
+            "original_spent": theirs["spent"],
             "error": forked.error, "executed": keys("executed"), "cached": keys("cached"),
             "dry_run": keys("dry-run")}
 
 
 def last_fork_metrics(last: dict) -> list:
-    return [("Tokens spent", fmt.fmt_tokens(last["spent"])),
-            ("Tokens saved (cache hits)", fmt.fmt_tokens(last["saved"])),
-            ("Original run spent", fmt.fmt_tokens(last["original"])),
+    """Like with like: the fork's trajectory cost against the original's (what each whole
+    trajectory costs), then what the fork itself spent and was spared."""
+    return [("Trajectory cost", fmt.fmt_tokens(last["cost"])),
+            ("Original's trajectory cost", fmt.fmt_tokens(last["original"])),
+            ("Tokens spent", fmt.fmt_tokens(last["spent"])),
+            ("Tokens saved", fmt.fmt_tokens(last["saved"])),
+            ("Cost (USD)", fmt.fmt_dollars(last.get("dollars"))),
             ("Nodes re-executed", len(last["executed"]))]
 
 

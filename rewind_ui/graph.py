@@ -1,5 +1,7 @@
-"""What the pipeline graph shows: nodes coloured by step status or by diff outcome, with
-tooltips. Pure (lists of dicts, no streamlit); rewind_ui/picker.py draws a spec.
+"""What the pipeline graph shows, for every page: nodes coloured by step status, on the diff
+page B's status as the fill and A's as the border with the identical/diverged mark in the
+label; the fork point (`↳`, dashed border) and the selected node (a halo) marked; tooltips
+with each visit's reason. Pure (lists of dicts, no streamlit); rewind_ui/picker.py draws a spec.
 """
 
 from __future__ import annotations
@@ -27,13 +29,14 @@ STATUS_HELP = {
     NOT_REACHED: "the run never got there",
 }
 
-DIFF_COLORS = {
-    "identical": "#2e7d32",
-    "diverged": "#c62828",
-    "not compared": "#ef8f00",
-    "only in A": "#6d4c41",
-    "only in B": "#00838f",
-    NOT_REACHED: "#9e9e9e",
+# the diff's identical/diverged mark, in the node's label (the colours are the sides' statuses)
+DIFF_MARKS = {
+    "identical": "✓",
+    "diverged": "✗",
+    "not compared": "–",
+    "only in A": "A",
+    "only in B": "B",
+    NOT_REACHED: "·",
 }
 DIFF_HELP = {
     "identical": "same output hash on both sides",
@@ -43,6 +46,10 @@ DIFF_HELP = {
     "only in B": "step exists only in run B",
     NOT_REACHED: "neither run reached it",
 }
+# what the legend of the diff graph says about the two colours of a node
+DIFF_SIDES_HELP = "fill: B's status · border: A's status"
+FORK_MARK = "↳"
+SELECTED_HALO = "#ffb300"
 
 # when a node ran several times, the colour shows the most telling visit
 _PRIORITY = ["failed", "executed", "dry-run", "cached", "inherited"]
@@ -72,6 +79,50 @@ def _edges(edges: Iterable) -> list:
     return out
 
 
+def levels(names: list, edges: list) -> dict:
+    """{node: column} for the left-to-right layout: the longest path from the first node with
+    every loop's back edge left out, so a branch fans out and a loop's return edge points back
+    (vis-network's own "directed" sort puts every node of a cycle in one column)."""
+    succ: dict = {n: [] for n in names}
+    for e in edges:
+        if e["source"] in succ and e["target"] in succ:
+            succ[e["source"]].append(e["target"])
+    back, state = set(), {}
+    for root in names:  # iterative DFS: a back edge points at a node still on the stack
+        if root in state:
+            continue
+        stack = [(root, iter(succ[root]))]
+        state[root] = "open"
+        while stack:
+            node, it = stack[-1]
+            nxt = next(it, None)
+            if nxt is None:
+                state[node] = "done"
+                stack.pop()
+            elif state.get(nxt) == "open":
+                back.add((node, nxt))
+            elif nxt not in state:
+                state[nxt] = "open"
+                stack.append((nxt, iter(succ[nxt])))
+    level = {n: 0 for n in names}
+    for _ in names:  # longest path over the acyclic rest (Bellman-style, at most len(names) rounds)
+        moved = False
+        for src in names:
+            for dst in succ[src]:
+                if (src, dst) not in back and level[dst] < level[src] + 1:
+                    level[dst], moved = level[src] + 1, True
+        if not moved:
+            break
+    return level
+
+
+def _with_levels(spec: dict) -> dict:
+    lv = levels([n["id"] for n in spec["nodes"]], spec["edges"])
+    for n in spec["nodes"]:
+        n["level"] = lv.get(n["id"], 0)
+    return spec
+
+
 def run_graph_spec(nodes: list, edges: list, steps: list, alarmed: Iterable[str] = ()) -> dict:
     """Nodes coloured by step status with tooltips giving each visit's status and reason."""
     statuses = node_status(steps)
@@ -99,7 +150,7 @@ def run_graph_spec(nodes: list, edges: list, steps: list, alarmed: Iterable[str]
             "id": n, "label": ("⚠ " if n in alarmed else "") + n, "status": status,
             "color": STATUS_COLORS.get(status, "#607d8b"), "title": tooltip_escape("\n".join(lines)),
         })
-    return {"nodes": out_nodes, "edges": _edges(edges)}
+    return _with_levels({"nodes": out_nodes, "edges": _edges(edges)})
 
 
 def diff_outcome(row: Any) -> str:
@@ -112,8 +163,14 @@ def diff_outcome(row: Any) -> str:
     return "identical" if row.identical else "diverged"
 
 
+def _side_status(statuses: list) -> str:
+    known = [s for s in statuses if s in _PRIORITY]
+    return min(known, key=_PRIORITY.index) if known else NOT_REACHED
+
+
 def diff_graph_spec(nodes: list, edges: list, rows: list) -> dict:
-    """Nodes coloured identical / diverged / not compared, tooltips with both sides' reasons."""
+    """Both sides' statuses on each node (fill B, border A, see STATUS_COLORS), the
+    identical/diverged mark in the label, tooltips with both sides' reasons and costs."""
     by_node: dict = {}
     for r in rows:
         by_node.setdefault(r.node, []).append(r)
@@ -121,24 +178,46 @@ def diff_graph_spec(nodes: list, edges: list, rows: list) -> dict:
     order = ["diverged", "only in A", "only in B", "not compared", "identical"]
     out_nodes = []
     for n in names:
-        outcomes = [diff_outcome(r) for r in by_node.get(n, [])]
+        visits = by_node.get(n, [])
+        outcomes = [diff_outcome(r) for r in visits]
         outcome = min(outcomes, key=order.index) if outcomes else NOT_REACHED
-        lines = [f"{n}: {outcome}"]
-        for r in by_node.get(n, []):
-            tag = f"#{r.occurrence} " if len(by_node[n]) > 1 else ""
-            lines.append(f"{tag}A {r.a_status or '—'}: {r.a_reason or ''}")
-            lines.append(f"{tag}B {r.b_status or '—'}: {r.b_reason or ''}")
+        a_status = _side_status([r.a_status for r in visits])
+        b_status = _side_status([r.b_status for r in visits])
+        lines = [f"{n}: {outcome} · A {a_status} · B {b_status}"]
+        for r in visits:
+            tag = f"#{r.occurrence} " if len(visits) > 1 else ""
+            lines.append(f"{tag}A {r.a_status or '—'} ({fmt_tokens(getattr(r, 'a_cost', 0))} tokens): {r.a_reason or ''}")
+            lines.append(f"{tag}B {r.b_status or '—'} ({fmt_tokens(getattr(r, 'b_cost', 0))} tokens): {r.b_reason or ''}")
             if r.noise:
                 lines.append(f"{tag}{r.noise}")
         out_nodes.append({
-            "id": n, "label": n, "status": outcome, "color": DIFF_COLORS[outcome],
-            "title": tooltip_escape("\n".join(lines)),
+            "id": n, "label": f"{DIFF_MARKS[outcome]} {n}", "status": outcome, "a_status": a_status,
+            "b_status": b_status, "color": STATUS_COLORS.get(b_status, "#607d8b"),
+            "border": STATUS_COLORS.get(a_status, "#607d8b"), "title": tooltip_escape("\n".join(lines)),
         })
-    return {"nodes": out_nodes, "edges": _edges(edges)}
+    return _with_levels({"nodes": out_nodes, "edges": _edges(edges)})
 
 
-def legend_html(colors: dict, help: Optional[dict] = None) -> str:
-    """A static legend (our own fixed labels and colours, no model text)."""
+def mark(spec: dict, fork_point: Optional[str] = None, selected: Optional[str] = None) -> dict:
+    """The spec with the fork point (↳ in the label, a dashed border) and the selected node (a
+    halo) marked; node names, never step keys (`critique#2` marks `critique`)."""
+    out = []
+    for n in spec["nodes"]:
+        n = dict(n)
+        if fork_point and n["id"] == fork_point:
+            n["label"] = f"{FORK_MARK} {n['label']}"
+            n["dashed"] = True
+            n["title"] = n["title"] + tooltip_escape("\nfork point")
+        if selected and n["id"] == selected:
+            n["selected"] = True
+        out.append(n)
+    return {**spec, "nodes": out}
+
+
+def legend_html(colors: dict, help: Optional[dict] = None, marks: Optional[dict] = None,
+                note: str = "") -> str:
+    """A static legend (our own fixed labels and colours, no model text): the status colours,
+    the diff's marks when given, the fork point and the selection."""
     items = []
     for label, color in colors.items():
         tip = (help or {}).get(label, "")
@@ -147,5 +226,17 @@ def legend_html(colors: dict, help: Optional[dict] = None) -> str:
             f'font-size:0.85rem"><span style="display:inline-block;width:12px;height:12px;'
             f'border-radius:3px;background:{color};margin-right:5px"></span>{label}</span>'
         )
-    return "<div>" + "".join(items) + "</div>"
+    for label, sign in (marks or {}).items():
+        if label in colors:  # "not reached" is a colour already
+            continue
+        tip = DIFF_HELP.get(label, "")
+        items.append(f'<span title="{tip}" style="margin-right:14px;font-size:0.85rem">'
+                     f'<b>{sign}</b> {label}</span>')
+    items.append(f'<span style="margin-right:14px;font-size:0.85rem"><b>{FORK_MARK}</b> fork point '
+                 f'(dashed)</span><span style="font-size:0.85rem;margin-right:14px">'
+                 f'<span style="display:inline-block;width:12px;height:12px;border-radius:6px;'
+                 f'box-shadow:0 0 0 3px {SELECTED_HALO};margin-right:5px"></span>selected</span>')
+    if note:
+        items.append(f'<span style="font-size:0.85rem;color:#607d8b">{note}</span>')
+    return '<div style="line-height:1.9">' + "".join(items) + "</div>"
 

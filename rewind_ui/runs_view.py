@@ -10,6 +10,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
+from rewind.costs import run_costs, step_dollars
+
 from . import fmt
 from .graph import STATUS_COLORS
 from .steps import numbered
@@ -23,15 +25,54 @@ OTHER_COLOR = "#607d8b"
 
 # --- starting a run --------------------------------------------------------------------------
 
-def parse_initial_state(raw: Optional[str]) -> tuple:
-    """(state dict, None) or (None, an error naming the problem) for the Start-a-run editor."""
+class _NotANumber(ValueError):
+    pass
+
+
+def _refuse_constant(name: str) -> Any:
+    raise _NotANumber(name)
+
+
+def state_fields(pipeline: Any) -> tuple:
+    """(fields some node reads or writes, fields read before any node writes them): what an
+    initial state may hold, and what it must."""
+    reads = {f for n in pipeline.actions for f in pipeline.reads(n)}
+    writes = {f for n in pipeline.actions for f in pipeline.writes(n)}
+    return reads | writes, reads - writes
+
+
+def parse_initial_state(raw: Optional[str], pipeline: Any = None) -> tuple:
+    """(state dict, None) or (None, an error naming the problem) for the Start-a-run editor.
+
+    Refused before anything runs: invalid JSON, NaN or Infinity (not JSON, and a NaN seed would
+    be recorded as the text "nan"), a non-object, an empty object or one missing a field the
+    pipeline needs, and a field no node of the pipeline reads or writes (a typo)."""
     try:
-        state = json.loads(raw or "")
+        state = json.loads(raw or "", parse_constant=_refuse_constant)
+    except _NotANumber as e:
+        return None, (f"Initial state: {e} is not a JSON number; write a finite number (or a "
+                      "string) instead. Nothing was run.")
     except json.JSONDecodeError as e:
         return None, (f"Initial state: not valid JSON ({fmt.md_escape(e.msg)} at line {e.lineno}, "
                       f"column {e.colno}). Nothing was run.")
     if not isinstance(state, dict):
         return None, "Initial state: must be a JSON object like {\"question\": \"…\"}. Nothing was run."
+    if pipeline is None:
+        return state, None
+    known, needed = state_fields(pipeline)
+    name = fmt.md_escape(pipeline.name)
+    unknown = [k for k in state if k not in known]
+    if unknown:
+        return None, (f"Initial state: no node of pipeline **{name}** reads "
+                      + ", ".join(f"**{fmt.md_escape(k)}**" for k in unknown)
+                      + " (known fields: " + (", ".join(fmt.md_escape(k) for k in sorted(known)) or "none")
+                      + "). Nothing was run.")
+    missing = sorted(needed - set(state))
+    if missing:
+        return None, ((f"Initial state: empty, but pipeline **{name}** needs " if not state else
+                       f"Initial state: pipeline **{name}** also needs ")
+                      + ", ".join(f"**{fmt.md_escape(k)}**" for k in missing)
+                      + " (no node writes it before it is read). Nothing was run.")
     return state, None
 
 
@@ -56,14 +97,14 @@ def page_count(total: int, page_size: int) -> int:
 
 
 def table(rows: list) -> list:
-    """The runs table: one dict per run row (from core.runs_page)."""
+    """The runs table: one dict per run row (from core.runs_page). The lineage (Parent, Fork at)
+    comes right after the id so it is on screen at 1280 px; Tokens spent is the core's *spent*."""
     return [
         {
-            "Run": r["id"], "Status": r["status"], "Pipeline": r["pipeline"],
+            "Run": r["id"], "Parent": r["parent_id"] or "", "Fork at": r["fork_node"] or "",
+            "Status": r["status"], "Pipeline": r["pipeline"],
             "Question / first input": r["summary"], "Started": r["started"], "Steps": r["steps"],
-            "Tokens": r["tokens"], "Tokens saved": r["tokens_saved"],
-            fmt.LATENCY_COLUMN: fmt.latency_value(r["latency_ms"]),
-            "Parent": r["parent_id"] or "", "Fork at": r["fork_node"] or "",
+            "Tokens spent": r["tokens"], fmt.LATENCY_COLUMN: fmt.latency_value(r["latency_ms"]),
         }
         for r in rows
     ]
@@ -83,10 +124,24 @@ def run_caption(run: Any) -> str:
             + (f" · fork of {md(run.parent_id)} at {md(run.fork_node)}" if run.parent_id else ""))
 
 
+COST_HELP = {
+    "spent": "tokens this run paid for (executed and failed steps)",
+    "trajectory": "what the whole trajectory would cost run fresh: inherited and cached steps at "
+                  "their recorded cost",
+    "saved": "trajectory cost minus spent: what the cache and the parent run spared this run",
+    "dollars": "the trajectory cost in USD from the price table (REWIND_PRICES overrides it)",
+}
+
+
 def run_metrics(run: Any) -> list:
-    return [("Status", run.status), ("Steps", len(run.steps)),
-            ("Tokens spent", fmt.fmt_tokens(run.total_tokens)),
-            ("Tokens saved", fmt.fmt_tokens(run.tokens_saved)), ("Latency", fmt.fmt_ms(run.latency_ms))]
+    """(label, value, help) of a run's header: the core's cost definitions (rewind.costs)."""
+    costs = run_costs(run)
+    return [("Status", run.status, None), ("Steps", len(run.steps), None),
+            ("Tokens spent", fmt.fmt_tokens(costs["spent"]), COST_HELP["spent"]),
+            ("Trajectory cost", fmt.fmt_tokens(costs["trajectory_cost"]), COST_HELP["trajectory"]),
+            ("Tokens saved", fmt.fmt_tokens(costs["saved"]), COST_HELP["saved"]),
+            ("Cost (USD)", fmt.fmt_dollars(costs["dollars"]), COST_HELP["dollars"]),
+            ("Latency", fmt.fmt_ms(run.latency_ms), None)]
 
 
 def fork_change(run: Any) -> Optional[dict]:
@@ -142,10 +197,12 @@ def steps_by_key(run: Any) -> dict:
 
 
 def step_rows(run: Any) -> list:
+    """The step list: the reason right after the status (on screen at 1280 px); Spent is what
+    this run paid for the step, Cost its recorded cost (rewind.costs)."""
     return [
-        {"#": i + 1, "Node": k, "Status": s.status, "Tokens": s.tokens, "Saved": s.tokens_saved,
-         fmt.LATENCY_COLUMN: fmt.latency_value(s.latency_ms), "Input hash": fmt.short_hash(s.input_hash, 12),
-         "Output hash": fmt.short_hash(s.output_hash, 12), "Reason": s.reason or (s.error or "")}
+        {"#": i + 1, "Node": k, "Status": s.status, "Reason": s.reason or (s.error or ""),
+         "Spent": s.tokens, "Cost": s.cost, fmt.LATENCY_COLUMN: fmt.latency_value(s.latency_ms),
+         "Calls": len(s.calls or []), "Output hash": fmt.short_hash(s.output_hash, 10)}
         for i, (k, s) in enumerate(steps_by_key(run).items())
     ]
 
@@ -156,7 +213,7 @@ def status_colors(steps: list) -> list:
 
 def chart_series(run: Any) -> list:
     """(title, values, unit, chart key) for the two per-node charts."""
-    return [("Tokens per node", [s.tokens for s in run.steps], "tokens", "chart_tokens"),
+    return [("Tokens spent per node", [s.tokens for s in run.steps], "tokens", "chart_tokens"),
             ("Latency per node", [fmt.latency_value(s.latency_ms) for s in run.steps],
              fmt.LATENCY_UNIT, "chart_latency")]
 
@@ -167,9 +224,11 @@ def step_title(key: str, step: Any) -> str:
 
 def step_metrics(step: Any) -> list:
     """(label, value, help) for the selected step."""
-    return [("Tokens", fmt.fmt_tokens(step.tokens),
+    return [("Step spent", fmt.fmt_tokens(step.tokens),
              f"prompt {fmt.fmt_tokens(step.prompt_tokens)} · completion {fmt.fmt_tokens(step.completion_tokens)}"),
-            ("Tokens saved", fmt.fmt_tokens(step.tokens_saved), None),
+            ("Step cost", fmt.fmt_tokens(step.cost), "what producing these outputs cost when they were "
+                                                "produced (cached and inherited steps included)"),
+            ("Step cost (USD)", fmt.fmt_dollars(step_dollars(step)), COST_HELP["dollars"]),
             ("Latency", fmt.fmt_ms(step.latency_ms), None), ("Occurrence", step.occurrence, None)]
 
 

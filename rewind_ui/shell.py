@@ -22,7 +22,9 @@ from typing import Optional
 
 import streamlit as st
 
-from . import access, core, model_settings, selection
+import rewind
+
+from . import access, core, fmt, model_settings, selection
 
 RUNS_PAGE = "pages/runs.py"
 FORK_PAGE = "pages/fork.py"
@@ -89,12 +91,41 @@ def run_app() -> None:
         if st.button("↻ Refresh data", help="Re-read runs written by other processes"):
             core.bump()
         access.sidebar_account(viewer)
+    pipeline_banner()
     _inside.active = True
     try:
         with model_settings.active():
+            warm_up()
             page.run()
     finally:
         _inside.active = False
+
+
+def warm_up() -> None:
+    """Load the tokenizer and build the model client now, under a spinner, so no node's latency
+    pays for it (rewind.llm.warm_up is a no-op once warm for these settings)."""
+    try:
+        with st.spinner("Loading the tokenizer and the model client…"):
+            rewind.llm.warm_up()
+    except Exception as e:  # a bad setting: the page still opens; a model call will say why
+        st.warning(f"Could not prepare the model client ({fmt.md_escape(e, 300)}); model calls may fail "
+                   "until the model settings are fixed (Settings page).")
+
+
+def pipeline_banner() -> None:
+    """One banner per REWIND_PIPELINES entry that could not be loaded, naming the entry and
+    the error; every other pipeline (and the demo) keeps working."""
+    try:
+        rw = core.get_rw()
+        rw.pipelines()  # loads REWIND_PIPELINES, keeping what fails in rw.pipeline_errors
+        broken = dict(getattr(rw, "pipeline_errors", {}) or {})
+    except rewind.RewindError as e:
+        st.error(f"The store could not be opened: {fmt.md_escape(e, 500)}")
+        st.stop()
+    for entry, error in broken.items():
+        st.error(f"REWIND_PIPELINES entry **{fmt.md_escape(entry)}** could not be loaded: "
+                 f"{fmt.md_escape(error, 500)}. Fix or remove it and restart the dashboard; every other "
+                 "pipeline keeps working.", icon=":material/error:")
 
 
 def page_guard() -> None:

@@ -19,7 +19,8 @@ from rewind_ui import charts, diff_view, fmt, fork_view, runs_view, steps
 from rewind_ui import graph as ug
 
 ROOT = Path(__file__).resolve().parents[1]
-PURE = ("fmt", "graph", "steps", "charts", "editors", "progress", "runs_view", "fork_view", "diff_view")
+PURE = ("fmt", "graph", "steps", "charts", "editors", "progress", "runs_view", "fork_view", "diff_view",
+        "calls_view")
 
 
 @action(reads=["question"], writes=["plan"])
@@ -164,9 +165,11 @@ def test_runs_view_on_a_fork(pair, rw):
     assert runs_view.page_count(0, 50) == 1 and runs_view.page_count(101, 50) == 3
     assert runs_view.showing(50, 50, 1234) == "Showing 51–100 of 1,234 runs · click a row to open it"
 
-    metrics = dict(runs_view.run_metrics(fork))
+    metrics = {label: value for label, value, _ in runs_view.run_metrics(fork)}
     assert metrics["Status"] == "completed" and metrics["Steps"] == 3
-    assert metrics["Tokens spent"] == fmt.fmt_tokens(fork.total_tokens)
+    assert metrics["Tokens spent"] == fmt.fmt_tokens(fork.spent)
+    assert metrics["Trajectory cost"] == fmt.fmt_tokens(fork.trajectory_cost)
+    assert metrics["Tokens saved"] == fmt.fmt_tokens(fork.saved)
     assert runs_view.fork_change(root) is None
     assert runs_view.fork_change(fork)["edit"] == {"question": "how?"}
     assert "fork of " + root.id in runs_view.run_caption(fork)
@@ -179,7 +182,8 @@ def test_runs_view_on_a_fork(pair, rw):
     assert t_unit == "tokens" and l_unit == fmt.LATENCY_UNIT and len(t_values) == 3
     step = fork.step("answer")
     assert runs_view.step_title("answer", step) == "#### Step answer · executed"
-    assert [m[0] for m in runs_view.step_metrics(step)] == ["Tokens", "Tokens saved", "Latency", "Occurrence"]
+    assert [m[0] for m in runs_view.step_metrics(step)] == [
+        "Step spent", "Step cost", "Step cost (USD)", "Latency", "Occurrence"]
 
     lin = runs_view.lineage_view({
         "ancestors": [{"id": "gone", "missing": True}, {"id": root.id, "missing": False}],
@@ -234,7 +238,8 @@ def test_fork_view_params_preview_and_summary(pair):
     assert fork_view.side_effect_nodes(PIPELINE) == ["send"]
     assert "**send**" in fork_view.side_effects_warning(["send"])
     last = fork_view.last_fork(fork, root, "answer")
-    assert last["executed"] == ["answer"] and last["dry_run"] == ["send"] and last["original"] == root.total_tokens
+    assert last["executed"] == ["answer"] and last["dry_run"] == ["send"]
+    assert last["original"] == root.trajectory_cost and last["cost"] == fork.trajectory_cost
     assert dict(fork_view.last_fork_metrics(last))["Nodes re-executed"] == 1
     assert fork_view.last_fork_caption(last) == "re-executed: answer · cached: none · dry-run: send"
 
@@ -249,9 +254,11 @@ def test_diff_view_of_a_fork(pair, rw):
     assert diff_view.default_pair(None, []) == (None, None)
     kind, text = diff_view.verdict(d)
     assert kind == "warning" and "Diverged at **answer**" in text
-    m = {label: (value, delta) for label, value, delta in diff_view.metrics(d)}
+    m = {label: (value, delta) for label, value, delta, _ in diff_view.metrics(d)}
     assert m["First divergence"] == ("answer", None) and m["Identical nodes"][0] == "1 / 2"
-    assert m["Tokens B"][1] == d.tokens_b - d.tokens_a
+    # like with like: trajectory cost A against B, the change only where inputs changed
+    assert m["Trajectory cost B"] == (fmt.fmt_tokens(d.cost_b), d.cost_delta)
+    assert m["Spent by B"] == (fmt.fmt_tokens(d.tokens_b), None)
     assert diff_view.first_diverged(d) == "answer"
     assert [c.label for c in diff_view.choices(d)][0] == "plan — identical"
     assert [r["Match"] for r in diff_view.table(d, with_noise=False)] == ["✓ same", "✗ differs", "– n/a"]
@@ -260,6 +267,7 @@ def test_diff_view_of_a_fork(pair, rw):
     assert any(r["Path"] for r in diff_view.field_rows(row))
     assert diff_view.fork_caption(root, fork).startswith("B is a fork of A at **answer**")
     assert diff_view.fork_caption(fork, root) is None
-    a_tok, b_tok = diff_view.token_series(d)
-    assert len(a_tok) == len(b_tok) == 3
+    a_cost, b_cost, delta = diff_view.cost_series(d)
+    assert len(a_cost) == len(b_cost) == len(delta) == 3
+    assert delta[0] == 0  # plan is inherited: its inputs did not change
     assert diff_view.noise_rows(d, 3) == [{"Node": "answer", "Noise (k=3)": "—"}]

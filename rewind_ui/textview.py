@@ -1,0 +1,57 @@
+"""Drawing untrusted text as text: a step's fields (strings with their real line breaks, the
+rest as JSON) and the model calls it made (chat messages, response, model, params, tokens,
+latency). Everything goes through st.text / st.code / st.json, or markdown with md_escape:
+model output is never live HTML.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import streamlit as st
+
+from . import fmt
+from .calls_view import call_metrics, call_params, call_title, message_text, split_fields
+
+
+# the chat bubbles: the role's own avatar where Streamlit has one, a neutral icon otherwise
+_AVATAR_NAME = {"user": "user", "assistant": "assistant", "system": "ai", "tool": "ai", "developer": "ai"}
+_AVATARS = {"system": ":material/settings:", "developer": ":material/settings:", "tool": ":material/build:"}
+
+
+def show_fields(values: Any, empty: str = "Nothing recorded.", expanded: int = 2) -> None:
+    """Each text field under its name with its line breaks; the other fields as JSON."""
+    texts, rest = split_fields(values)
+    if not texts and not rest:
+        st.caption(empty)
+        return
+    for name, text in texts.items():
+        st.caption(fmt.md_escape(name))
+        st.text(text if text else "(empty text)")
+    if rest:
+        st.json(fmt.to_jsonable(rest), expanded=expanded)
+
+
+def show_calls(calls: list) -> None:
+    """Every model call of a step: its messages as a chat, the response, and its numbers."""
+    if not calls:
+        st.caption("This step made no model call (or ran before calls were recorded).")
+        return
+    for i, call in enumerate(calls):
+        with st.expander(fmt.md_escape(call_title(i, call)), expanded=i == 0):
+            for col, (label, value) in zip(st.columns(4), call_metrics(call)):
+                col.metric(label, value)
+            st.caption(f"model {fmt.md_escape(call.get('model') or '?')} · params "
+                       f"{fmt.md_escape(call_params(call), 300)}")
+            for message in call.get("messages") or []:
+                role, text = message_text(message)
+                with st.chat_message(_AVATAR_NAME.get(role, "user" if role.startswith("user") else "ai"),
+                                     avatar=_AVATARS.get(role)):
+                    st.caption(fmt.md_escape(role))
+                    st.text(text or "(empty)")
+            with st.chat_message("assistant"):
+                st.caption("response")
+                st.text(call.get("response_text") or "(no text)")
+            if call.get("error"):
+                st.caption("error")
+                st.code(str(call["error"]), language=None)
