@@ -122,6 +122,11 @@ def pipeline_banner() -> None:
     except rewind.RewindError as e:
         st.error(f"The store could not be opened: {fmt.md_escape(e, 500)}")
         st.stop()
+    if getattr(rw.store, "read_only", False):
+        st.warning("The store is open **read-only** ("
+                   f"{fmt.md_escape(getattr(rw.store, 'read_only_reason', '') or 'it cannot be written', 300)}"
+                   "): runs can be browsed and compared, but nothing can be run, forked or purged.",
+                   icon=":material/lock:")
     for entry, error in broken.items():
         st.error(f"REWIND_PIPELINES entry **{fmt.md_escape(entry)}** could not be loaded: "
                  f"{fmt.md_escape(error, 500)}. Fix or remove it and restart the dashboard; every other "
