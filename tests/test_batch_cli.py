@@ -1,5 +1,5 @@
 """`rewind batch`: exit 0 with a progress bar and the summary table, 2 for bad input (nothing
-forked). Parsed by `rewind.cli.batch.batch_parser()`, the command as `rewind batch` parses it."""
+forked). Parsed by the CLI's own parser (`rewind.cli.parser.build_parser`)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import json
 import pytest
 
 import rewind
-from rewind.cli.batch import batch_parser
+from rewind.cli.parser import build_parser
 
 from test_batch import make_runs
 
@@ -19,7 +19,7 @@ def cli(argv: list) -> tuple:
     """(exit code, stdout, stderr) of `rewind ARGV`, in-process, as rewind.cli.main maps errors."""
     out, err = io.StringIO(), io.StringIO()
     try:
-        args = batch_parser("rewind").parse_args(argv)
+        args = build_parser("rewind").parse_args(argv)
     except SystemExit as e:
         return e.code, "", ""
     with contextlib.redirect_stderr(err):

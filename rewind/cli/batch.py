@@ -5,19 +5,17 @@
     rewind batch --at critique --pipeline research --plan      # what it would do; forks nothing
 
 Exit 0 with the table (rows that failed or were skipped are in it, with their reason); 2 for bad
-input, refused before anything is forked. `batch_parser()` is this command alone behind the
-global `--db` flag, for programs that embed it.
+input, refused before anything is forked.
 """
 
 from __future__ import annotations
 
-import argparse
 from typing import Any
 
 from ..errors import InvalidRequest
 from .inputs import parse_assignments
 from .output import Progress, cut, dumps, shown, table
-from .parser import Parser, int_in, prog_name
+from .parser import int_in
 from .runs import open_rewind
 
 EXIT_OK = 0
@@ -135,22 +133,3 @@ def add_commands(add) -> None:
     sp.add_argument("--address", metavar="URL", help="with --executor ray: an existing cluster")
     sp.add_argument("--plan", action="store_true", help="print the fork plan only; fork nothing")
     sp.add_argument("--json", action="store_true")
-
-
-def batch_parser(prog: str = "") -> argparse.ArgumentParser:
-    """`--db` and the `batch` command alone (what `rewind batch` parses)."""
-    prog = prog or prog_name()
-    p = Parser(prog=prog)
-    p.add_argument("--db", default=None, metavar="URL")
-    sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
-    sub.required = True
-
-    def add(name: str, fn: Any, help: str, quiet: bool = False) -> argparse.ArgumentParser:
-        sp = sub.add_parser(name, help=help, description=help)
-        sp.set_defaults(func=fn, prog=prog)
-        if quiet:
-            sp.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
-        return sp
-
-    add_commands(add)
-    return p
