@@ -10,7 +10,6 @@ an all-zero chart, the noise band's detail.
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 from burr.core.graph import GraphBuilder
@@ -19,8 +18,8 @@ from streamlit.testing.v1 import AppTest
 import rewind
 from rewind import Pipeline, action
 
-APP = str(Path(__file__).resolve().parents[1] / "app.py")
-TIMEOUT = 120
+# the AppTest helpers every page test uses
+from tests.test_pages import APP, TIMEOUT, app, button, goto, metrics, ok, texts  # noqa: E402
 PROMPT = "Plan the answer.\nOne point per line.\nQuestion:"
 
 
@@ -103,37 +102,16 @@ def pair(rw):
     return rw.get_run(root.id), rw.get_run(fork.id)
 
 
-def app(query: dict | None = None, state: dict | None = None) -> AppTest:
-    at = AppTest.from_file(APP, default_timeout=TIMEOUT)
-    for k, v in (query or {}).items():
-        at.query_params[k] = v
-    for k, v in (state or {}).items():
-        at.session_state[k] = v
-    return at
 
 
-def ok(at: AppTest) -> AppTest:
-    assert not at.exception, [e.value for e in at.exception]
-    return at
 
 
-def goto(at: AppTest, page: str) -> AppTest:
-    at.switch_page(f"pages/{page}.py")
-    return ok(at.run())
 
 
-def texts(elements) -> list:
-    return [str(e.value) for e in elements]
 
 
-def button(at: AppTest, text: str):
-    found = [b for b in at.button if text in b.label]
-    assert found, f"no button with {text!r}: {[b.label for b in at.button]}"
-    return found[0]
 
 
-def metrics(at: AppTest) -> dict:
-    return {m.label: m.value for m in at.metric}
 
 
 def frame(at: AppTest, column: str):
