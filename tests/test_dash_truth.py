@@ -20,6 +20,7 @@ from rewind import Pipeline, action
 
 # the AppTest helpers every page test uses
 from tests.test_pages import APP, TIMEOUT, app, button, goto, metrics, ok, texts  # noqa: E402
+
 PROMPT = "Plan the answer.\nOne point per line.\nQuestion:"
 
 
