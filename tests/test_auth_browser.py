@@ -21,7 +21,6 @@ import http.server
 import os
 import re
 import secrets
-import shutil
 import socket
 import subprocess
 import sys
@@ -34,11 +33,12 @@ import pytest
 
 import rewind
 
+# one browser, one way to wait for an idle page, and the same timeouts as the other browser tests
+from tests.test_browser import (  # noqa: F401  (browser: a fixture)
+    STARTUP_TIMEOUT_S, STEP_TIMEOUT_MS, browser, settle,
+)
+
 ROOT = Path(__file__).resolve().parents[1]
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"]
-IDLE = '[data-testid="stApp"][data-test-script-state="notRunning"]'
-STARTUP_TIMEOUT_S = 90
-STEP_TIMEOUT_MS = 90_000
 SERVER_KEY = "sk-server-DUMMY-" + "k" * 24  # what must never reach a URL a visitor chose
 BOB_KEY = "sk-bob-own-" + "b" * 24
 ALICE, BOB, ADMIN = "alice@example.com", "bob@example.com", "admin@example.com"
@@ -199,33 +199,6 @@ def stack(tmp_path):
         if capture is not None:
             capture.shutdown()
             capture.server_close()
-
-
-@pytest.fixture
-def browser():
-    exe = shutil.which("chromium")
-    if not exe:
-        pytest.fail("chromium is not installed (apt-get install chromium)")
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=exe, args=CHROMIUM_ARGS)
-        try:
-            yield b
-        finally:
-            b.close()
-
-
-# --- driving the dashboard -----------------------------------------------------------------------
-
-def settle(page, text: str | None = None) -> None:
-    if text is not None:
-        page.get_by_text(text).first.wait_for(state="visible", timeout=STEP_TIMEOUT_MS)
-    page.wait_for_selector(IDLE, timeout=STEP_TIMEOUT_MS)
-    page.wait_for_function(
-        "() => !document.querySelector('[data-testid=\"stStatusWidget\"] [data-testid=\"stStatusWidgetRunningIcon\"]')",
-        timeout=STEP_TIMEOUT_MS,
-    )
 
 
 def everything(page) -> str:
