@@ -56,38 +56,35 @@ def _admin_connect(url: str):
 
 def create_test_database(base_url: str, prefix: str = "rewind_t") -> str:
     """Create a uniquely named, empty database on the server of `base_url`; return its URL."""
-    import psycopg2
-
     if not base_url.startswith(("postgresql://", "postgres://")):
         raise InvalidRequest(f"{base_url!r} is not a postgresql:// URL")
     name = f"{prefix}_{uuid.uuid4().hex[:12]}".lower()
     if not _DB_NAME.match(name):
         raise InvalidRequest(f"database name {name!r} is not a plain identifier")
-    conn = _admin_connect(base_url)
-    try:
-        with conn.cursor() as cur:
-            cur.execute(f'CREATE DATABASE "{name}" TEMPLATE template0 ENCODING \'UTF8\'')
-    except psycopg2.Error as e:
-        raise StoreError(f"cannot create database {name} on {redact(base_url)}: {e}") from e
-    finally:
-        conn.close()
+    _admin_run(base_url, f'CREATE DATABASE "{name}" TEMPLATE template0 ENCODING \'UTF8\'',
+               f"cannot create database {name} on {redact(base_url)}")
     return _with_dbname(base_url, name)
 
 
 def drop_database(url: str) -> None:
     """Drop the database of `url` (made by `create_test_database`), closing its sessions."""
-    import psycopg2
-
     name = _dbname(url)
     if not _DB_NAME.match(name):
         raise InvalidRequest(f"refusing to drop {name!r}: not a plain identifier")
     if name in ("postgres", "template0", "template1"):
         raise InvalidRequest(f"refusing to drop the system database {name!r}")
+    _admin_run(url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)', f"cannot drop database {name}")
+
+
+def _admin_run(url: str, sql: str, failure: str) -> None:
+    """Run one statement on the server's maintenance connection; `StoreError` saying `failure`."""
+    import psycopg2
+
     conn = _admin_connect(url)
     try:
         with conn.cursor() as cur:
-            cur.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+            cur.execute(sql)
     except psycopg2.Error as e:
-        raise StoreError(f"cannot drop database {name}: {e}") from e
+        raise StoreError(f"{failure}: {e}") from e
     finally:
         conn.close()
