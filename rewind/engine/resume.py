@@ -12,8 +12,6 @@ import json
 import time
 from typing import Any, Callable, Optional
 
-from burr.core.application import PRIOR_STEP
-
 from ..errors import InvalidRequest, NotFound
 from ..models import Run, RunStatus, StepStatus
 from ..store import PARTITION_KEY
@@ -69,7 +67,7 @@ def resume_run(store: Any, heartbeat: Heartbeat, pipeline: Any, row: dict, *,
     ctx.loaded(dict(getattr(persister, "last_loaded_refs", {}) or {}))
     builder = base_builder(ctx, run_id).with_state(saved["state"])
     if saved["status"] == "completed":
-        builder = builder.with_state(**{PRIOR_STEP: saved["position"]})
+        builder = builder.with_state(**{burr_compat.PRIOR_STEP: saved["position"]})
         builder = builder.with_entrypoint(pipeline.entrypoint)
     else:
         builder = builder.with_entrypoint(saved["position"])
