@@ -111,12 +111,13 @@ def build_history(rw: Rewind) -> dict:
     c = rw.run(PIPELINE, {"topic": "new topic C"})
     assert all(r.status == "completed" for r in (a, f, b, c))
     store = rw.store
-    from rewind.store import HOST, PID, process_started
+    from rewind.store import HOST, this_process
 
+    pid, started = this_process()
     with store.transaction():
         store.insert_run({"id": "still-running", "pipeline": "maint", "status": "running",
-                          "created_at": time.time() - 90 * DAY, "owner_host": HOST, "owner_pid": PID,
-                          "owner_started": process_started(PID), "heartbeat_at": time.time()})
+                          "created_at": time.time() - 90 * DAY, "owner_host": HOST, "owner_pid": pid,
+                          "owner_started": started, "heartbeat_at": time.time()})
     age(store, "runs", "created_at", 30, "id IN (?, ?)", (a.id, b.id))
     age(store, "cache", "cached_at", 30, "source_run IN (?, ?)", (a.id, b.id))
     age(store, "tool_cache", "cached_at", 30, "args_hash = ?",

@@ -12,19 +12,14 @@ import threading
 import time
 from typing import Any, Optional
 
-from ..store import HOST, PID, process_started
+from ..store import HOST, this_process
 
 logger = logging.getLogger("rewind")
 
-_OWNER_STARTED = process_started(PID)
-
-
 def owner_fields() -> dict:
     """The run-row columns that say this process owns the run, as of now."""
-    return {
-        "owner_host": HOST, "owner_pid": PID, "owner_started": _OWNER_STARTED,
-        "heartbeat_at": time.time(),
-    }
+    pid, started = this_process()
+    return {"owner_host": HOST, "owner_pid": pid, "owner_started": started, "heartbeat_at": time.time()}
 
 
 class Heartbeat:

@@ -35,7 +35,7 @@ from .base import (
 )
 from .blobs import BLOB_MEMORY_BYTES, DOC_MEMORY
 from .burr_state import BlobRefPersisterMixin
-from .liveness import HEARTBEAT_LEASE_S, HOST, PID, owner_is_gone, process_alive, process_started
+from .liveness import HEARTBEAT_LEASE_S, HOST, owner_is_gone, process_alive, process_started, this_process
 from .migrations import SCHEMA_VERSION
 from .rows import (
     DOC_KEY, PARTITION_KEY, PRIOR_STEP_KEY, REFS_KEY, SEQUENCE_ID_KEY, STEP_DOC_FIELDS,
@@ -53,7 +53,7 @@ __all__ = [
     "CacheStore", "StateStore", "MaintenanceStore", "LiveContext", "BlobRefPersisterMixin", "SCHEMA_VERSION",
     "PARTITION_KEY", "BURR_TABLE", "REFS_KEY", "DOC_KEY", "STEP_DOC_KEY", "PRIOR_STEP_KEY",
     "SEQUENCE_ID_KEY", "STEP_DOC_FIELDS", "RUN_COLUMNS", "NODE_COLUMNS", "CACHE_COLUMNS",
-    "STATE_COLUMNS", "TABLES", "HOST", "PID", "HEARTBEAT_LEASE_S", "DOC_MEMORY",
+    "STATE_COLUMNS", "TABLES", "HOST", "this_process", "HEARTBEAT_LEASE_S", "DOC_MEMORY",
     "BLOB_MEMORY_BYTES", "process_started", "process_alive", "owner_is_gone", "default_reason",
     "is_pointer", "pointer_row", "inherit_row", "row_state_app", "refs_json", "make_doc",
     "blob_ok", "invalid_unicode",

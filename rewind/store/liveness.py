@@ -13,7 +13,20 @@ from typing import Optional
 
 HEARTBEAT_LEASE_S = 60.0
 HOST = socket.gethostname()
-PID = os.getpid()
+
+
+def this_process() -> tuple:
+    """(pid, start time) of the calling process. Asked each time, never kept from import: a
+    process forked after importing Rewind (a forkserver, gunicorn --preload, a prefork worker)
+    is its own owner, and the parent must not take the child's runs for its own."""
+    pid = os.getpid()
+    started = _started.get(pid)
+    if started is None:
+        started = _started.setdefault(pid, process_started(pid))
+    return pid, started
+
+
+_started: dict = {}
 
 
 def process_started(pid: int) -> Optional[float]:
@@ -47,7 +60,7 @@ def owner_is_gone(host: Optional[str], pid: Optional[int], started: Optional[flo
                   heartbeat: Optional[float], now: float) -> bool:
     """Is the process that owns a `running` run gone (so the run is `interrupted`)?"""
     if host == HOST and pid is not None:
-        if pid == PID and started == process_started(PID):
+        if (pid, started) == this_process():
             return False  # ours: a run in another thread of this process
         return not process_alive(int(pid), started)
     return heartbeat is None or now - heartbeat >= HEARTBEAT_LEASE_S
