@@ -10,13 +10,12 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 import threading
 import time
 from collections import defaultdict
 
-import pytest
+import children
 from burr.core.graph import GraphBuilder
 
 import rewind
@@ -136,11 +135,9 @@ def child_main(argv: list) -> None:
 
 
 def run_child(*args: str, timeout: float = 300) -> dict:
-    code = "import sys, test_concurrency as t; t.child_main(sys.argv[1:])"  # PYTHONPATH: conftest
-    proc = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True,
-                          timeout=timeout)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    child = children.run("test_concurrency:child_main", list(args), timeout=timeout)
+    assert child.returncode == 0, child.stderr()[-3000:]
+    return json.loads(child.stdout().strip().splitlines()[-1])
 
 
 # --- tests -------------------------------------------------------------------------------------
@@ -173,16 +170,12 @@ def test_sixteen_forks_of_one_run_at_once(db_url, tmp_path):
     ks_child = list(range(THREADS, THREADS * PROCESSES))
     ready, gate = str(tmp_path / "ready"), str(tmp_path / "gate")
 
-    code = "import sys, test_concurrency as t; t.child_main(sys.argv[1:])"  # PYTHONPATH: conftest
-    child = subprocess.Popen(
-        [sys.executable, "-c", code, "fork-many", db_url, base.id, ready, gate,
-         ",".join(map(str, ks_child))],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )
+    child = children.start("test_concurrency:child_main",
+                           ["fork-many", db_url, base.id, ready, gate, ",".join(map(str, ks_child))])
     try:
         deadline = time.monotonic() + 120
         while not os.path.exists(ready):  # bounded: the child imports, opens, starts its threads
-            assert child.poll() is None, child.stderr.read()[-3000:]
+            assert child.poll() is None, child.stderr()[-3000:]
             assert time.monotonic() < deadline, "the child never got ready"
             time.sleep(0.005)
         barrier = threading.Barrier(THREADS + 1)
@@ -192,11 +185,10 @@ def test_sixteen_forks_of_one_run_at_once(db_url, tmp_path):
         open(gate, "w").close()
         barrier.wait()
         runner.join()
-        out, err = child.communicate(timeout=300)
+        child.wait(timeout=300)
+        out, err = child.stdout(), child.stderr()
     finally:
-        if child.poll() is None:
-            child.kill()
-            child.wait()
+        child.kill()
     assert child.returncode == 0, err[-3000:]
     results += json.loads(out.strip().splitlines()[-1])
 

@@ -8,6 +8,7 @@ and again at whatever point it has reached and checks nothing is ever lost or le
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import sqlite3
@@ -15,6 +16,7 @@ import subprocess
 import sys
 import time
 
+import children
 import pytest
 from burr.core.graph import GraphBuilder
 
@@ -23,12 +25,6 @@ from rewind import Pipeline, Rewind, action
 from rewind.errors import InvalidRequest
 
 BLOCK_ENV = "REWIND_TEST_BLOCK_FILE"
-
-
-
-
-
-
 SLOW_ENV = "REWIND_CRASH_SLOW_LAST_NODE"
 
 
@@ -90,11 +86,8 @@ def child_main(argv: list) -> None:
                 last = rw.fork(last, at="four", params={"words": 1 + i % 4}).id
 
 
-def spawn(mode: str, url: str, env: dict) -> subprocess.Popen:
-    code = "import sys, test_crash as t; t.child_main(sys.argv[1:])"  # PYTHONPATH: conftest
-    return subprocess.Popen([sys.executable, "-c", code, mode, url],
-                            env={**os.environ, **env}, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, text=True)
+def spawn(mode: str, url: str, env: dict) -> children.Child:
+    return children.start("test_crash:child_main", [mode, url], env)
 
 
 def poll(check, child: subprocess.Popen, what: str, timeout: float = 90):
@@ -105,14 +98,14 @@ def poll(check, child: subprocess.Popen, what: str, timeout: float = 90):
         if got:
             return got
         if child.poll() is not None:
-            pytest.fail(f"the child exited ({child.returncode}) before {what}: {child.stderr.read()[-2000:]}")
+            pytest.fail(f"the child exited ({child.returncode}) before {what}: {child.stderr()[-2000:]}")
         if time.monotonic() > deadline:
             pytest.fail(f"timed out waiting for {what}")
         time.sleep(0.01)
 
 
 def kill(child: subprocess.Popen) -> None:
-    child.send_signal(signal.SIGKILL)
+    child.kill()
     child.wait(timeout=30)  # reaped: a zombie would still look alive to kill(pid, 0)
     assert child.returncode == -signal.SIGKILL
 
@@ -237,6 +230,25 @@ def test_a_live_run_elsewhere_is_never_marked(db_url):
             sleeper.kill()
             sleeper.wait()
     rw.close()
+
+
+def test_a_process_forked_after_import_is_the_owner_of_its_runs():
+    """gunicorn --preload, a forkserver, a prefork worker: the child must not record its
+    parent's pid, or its runs stay `running` after it dies while the parent lives."""
+    from rewind.engine.liveness import owner_fields
+
+    parent = owner_fields()
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: report what it would record, and leave without cleanup
+        os.write(write, json.dumps(owner_fields()).encode())
+        os._exit(0)
+    os.close(write)
+    os.waitpid(pid, 0)
+    with os.fdopen(read) as f:
+        child = json.loads(f.read())
+    assert parent["owner_pid"] == os.getpid()
+    assert child["owner_pid"] == pid and child["owner_started"] != parent["owner_started"]
 
 
 KILLS = 5
