@@ -42,13 +42,93 @@ def store_url(request, tmp_path):
     if request.param == "sqlite":
         yield str(tmp_path / "rewind.db")
         return
-    from rewind.store.pg_admin import create_test_database, drop_database
+    if request.node.get_closest_marker("new_database"):
+        yield from _new_pg_database()
+        return
+    yield request.getfixturevalue("recycled_pg").fresh(postgres_base_url())
 
-    url = create_test_database(postgres_base_url())
-    try:
-        yield url
-    finally:
-        drop_database(url)
+
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers", "new_database: the test watches a schema being made, so on PostgreSQL it gets "
+        "a database created for it rather than an emptied one")
+
+
+@pytest.fixture(scope="session")
+def recycled_pg():
+    db = RecycledDatabase()
+    yield db
+    db.drop()
+
+
+class RecycledDatabase:
+    """One PostgreSQL database per session, emptied for each test instead of created and dropped
+    (CREATE DATABASE plus the schema costs ~0.3 s a test; emptying it ~10 ms). Each test gets it
+    empty, at the current schema, with the previous test's sessions closed, under a URL of its
+    own (a distinct `application_name`) so nothing a process keeps per URL carries over. Tests
+    about creating or migrating a schema use `pg_url`, a database made for them."""
+
+    # what a test could have changed besides rows: tables, columns, indexes, triggers, version
+    LAYOUT = ("SELECT md5(string_agg(x, ',' ORDER BY x)) FROM ("
+              "SELECT table_name || '.' || column_name || ':' || data_type AS x "
+              "FROM information_schema.columns WHERE table_schema = 'public' "
+              "UNION ALL SELECT indexname FROM pg_indexes WHERE schemaname = 'public' "
+              "UNION ALL SELECT tgname FROM pg_trigger WHERE NOT tgisinternal "
+              "UNION ALL SELECT 'v' || version FROM schema_version) s")
+
+    def __init__(self):
+        self.url = None
+        self.layout = None
+        self.uses = 0
+
+    def fresh(self, base_url: str) -> str:
+        import psycopg2
+
+        if self.url is not None:
+            conn = psycopg2.connect(self.url)
+            try:
+                conn.autocommit = True
+                with conn.cursor() as cur:
+                    cur.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                                "WHERE datname = current_database() AND pid <> pg_backend_pid()")
+                    cur.execute(self.LAYOUT)
+                    if cur.fetchone()[0] == self.layout:
+                        cur.execute("SELECT tablename FROM pg_tables WHERE schemaname = 'public' "
+                                    "AND tablename <> 'schema_version'")
+                        tables = ", ".join(f'"{t}"' for (t,) in cur.fetchall())
+                        cur.execute(f"TRUNCATE {tables} RESTART IDENTITY CASCADE")
+                    else:  # the last test changed the layout itself: start over
+                        conn.close()
+                        self.drop()
+            finally:
+                conn.close()
+        if self.url is None:
+            self._create(base_url)
+        self.uses += 1
+        return f"{self.url}?application_name=rewind_test_{self.uses}"
+
+    def _create(self, base_url: str) -> None:
+        import psycopg2
+
+        from rewind import Rewind
+        from rewind.store.pg_admin import create_test_database
+
+        self.url = create_test_database(base_url, prefix="rewind_recycled")
+        Rewind(self.url).close()  # the schema, once
+        conn = psycopg2.connect(self.url)
+        try:
+            with conn.cursor() as cur:
+                cur.execute(self.LAYOUT)
+                self.layout = cur.fetchone()[0]
+        finally:
+            conn.close()
+
+    def drop(self) -> None:
+        from rewind.store.pg_admin import drop_database
+
+        if self.url is not None:
+            drop_database(self.url)
+            self.url = None
 
 
 def pytest_sessionfinish(session, exitstatus):
@@ -71,7 +151,11 @@ def db_url(store_url):
 
 @pytest.fixture
 def pg_url():
-    """A fresh PostgreSQL database (for tests that need one beside a SQLite file)."""
+    """A new PostgreSQL database (for tests that need one beside a SQLite file)."""
+    yield from _new_pg_database()
+
+
+def _new_pg_database():
     from rewind.store.pg_admin import create_test_database, drop_database
 
     url = create_test_database(postgres_base_url())

@@ -26,6 +26,7 @@ from rewind.store import SCHEMA_VERSION, open_store
 from rewind.store.postgres import PostgresStore
 from rewind.store.sqlite import SQLiteStore
 
+pytestmark = pytest.mark.new_database
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DDL = re.compile(r"^\s*(CREATE|ALTER|DROP|LOCK)\b|pg_advisory|BEGIN IMMEDIATE", re.I)
 
