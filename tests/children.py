@@ -16,6 +16,7 @@ import os
 import signal
 import sys
 import tempfile
+import types
 from typing import Optional
 
 PRELOAD = ["rewind", "rewind.engine", "rewind.store", "rewind.sim", "burr.core", "openai", "psycopg2", "pytest"]
@@ -89,7 +90,15 @@ def start(target: str, argv: list, env: Optional[dict] = None) -> Child:
     os.close(fd)
     process = _ctx().Process(target=_child, daemon=True,
                              args=(target, list(argv), {**os.environ, **(env or {})}, out_path, err_path))
-    process.start()
+    # multiprocessing has a child re-import the parent's __main__; after an AppTest that is a
+    # page script (pages/batch.py), which must not run in a writer process. A bare module
+    # stands in while the child is launched.
+    main = sys.modules["__main__"]
+    sys.modules["__main__"] = types.ModuleType("__main__")
+    try:
+        process.start()
+    finally:
+        sys.modules["__main__"] = main
     return Child(process, out_path, err_path)
 
 
