@@ -13,6 +13,7 @@ never waits on (or deadlocks with) writers.
 from __future__ import annotations
 
 import contextlib
+import logging
 from typing import Any, Iterator, Optional, Sequence
 
 from ..errors import InvalidRequest, StoreError
@@ -20,7 +21,7 @@ from ..hashing import sha256_hex
 from .burr_state import BlobRefPersisterMixin
 from .pg_admin import CONNECT_TIMEOUT_S, redact
 from .rows import PARTITION_KEY
-from .schema import BURR_TABLE
+from .schema import BURR_TABLE, SEARCH_COLUMNS
 from .sql import chunks, invalid_unicode
 from .sqlstore import SQLStore
 
@@ -37,6 +38,7 @@ except ImportError as e:  # pragma: no cover - both are dependencies of the pack
 SCHEMA_LOCK_KEY = 0x52657769_6E640001 & 0x7FFFFFFFFFFFFFFF
 # the tables gc locks against writers while it decides what nothing refers to
 GC_TABLES = ("blobs", "nodes", "cache", "tool_cache", BURR_TABLE, "runs")
+logger = logging.getLogger("rewind")
 
 
 class _Conn(psycopg2.extensions.connection):
@@ -212,6 +214,24 @@ class PostgresStore(SQLStore):
         return [r[0] for r in self.query(
             "SELECT column_name FROM information_schema.columns WHERE table_name = ? "
             "AND table_schema = current_schema()", (table,))]
+
+    def _create_search_index(self) -> None:
+        """pg_trgm GIN indexes on the runs' search columns (schema version 5): PostgreSQL serves
+        `LIKE '%x%'` from them itself, with the same results. CREATE EXTENSION may be refused
+        (a role that may not create it, a server without contrib): searches then scan, as
+        before, and the migration goes on."""
+        try:
+            with self.transaction():  # a savepoint: a refusal must not abort the migration
+                self.execute("CREATE EXTENSION IF NOT EXISTS pg_trgm")
+                for col in SEARCH_COLUMNS:
+                    self.execute(f"CREATE INDEX IF NOT EXISTS runs_search_{col} ON runs "
+                                 f"USING gin ({col} gin_trgm_ops)")
+        except psycopg2.Error as e:
+            first = (getattr(e, "pgerror", None) or str(e)).strip().splitlines()[0]
+            logger.warning(
+                "%s: no search index (pg_trgm: %s); searches scan every run. To index them, as a "
+                "role that may: CREATE EXTENSION pg_trgm; then CREATE INDEX runs_search_<c> ON runs "
+                "USING gin (<c> gin_trgm_ops) for <c> in %s", self.url, first, ", ".join(SEARCH_COLUMNS))
 
     def lock_for_gc(self) -> None:
         # Nothing may reference a blob between gc's scan and its delete; readers go on.

@@ -9,6 +9,7 @@ shared, so it is opened as immutable (the folder guarantees nobody else writes i
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import sqlite3
 from typing import Iterator, Optional
@@ -18,11 +19,14 @@ from burr.core.persistence import SQLitePersister
 
 from ..errors import StoreError
 from .burr_state import BlobRefPersisterMixin
-from .schema import BURR_TABLE
+from .schema import BURR_TABLE, SEARCH_COLUMNS
 from .sql import invalid_unicode
 from .sqlstore import SQLStore
 
 BUSY_TIMEOUT_MS = 30_000
+SEARCH_TABLE = "runs_search"  # FTS5 over the runs' SEARCH_COLUMNS (schema version 5)
+TRIGRAM = 3  # a search shorter than this has no trigram: it scans (LIKE over every run)
+logger = logging.getLogger("rewind")
 
 
 class BlobRefSQLitePersister(BlobRefPersisterMixin, SQLitePersister):
@@ -145,6 +149,51 @@ class SQLiteStore(SQLStore):
 
     def _columns(self, table: str) -> list:
         return [r[1] for r in self.query(f"PRAGMA table_info({table})")]
+
+    # the search index (schema version 5) ---------------------------------------------------
+    def _create_search_index(self) -> None:
+        """An FTS5 trigram index over the runs' search columns, external content (the text
+        stays in `runs` only), kept by triggers, built from the runs already there. Its
+        trigrams fold case more widely than LIKE (Unicode, not ASCII only): it finds a
+        superset, and the LIKE in the query decides. An SQLite without FTS5 keeps scanning."""
+        cols = ", ".join(SEARCH_COLUMNS)
+        new = ", ".join(f"NEW.{c}" for c in SEARCH_COLUMNS)
+        old = ", ".join(f"OLD.{c}" for c in SEARCH_COLUMNS)
+        try:
+            self.execute(f"CREATE VIRTUAL TABLE IF NOT EXISTS {SEARCH_TABLE} USING fts5({cols}, "
+                         "content='runs', content_rowid='rowid', tokenize='trigram')")
+        except sqlite3.OperationalError as e:  # no fts5 module, or too old for trigram (< 3.34)
+            logger.warning("%s: no search index (%s); searches scan every run", self.url, e)
+            return
+        t = SEARCH_TABLE
+        for name, event, body in (
+            ("insert", "INSERT", f"INSERT INTO {t}(rowid, {cols}) VALUES (NEW.rowid, {new});"),
+            ("delete", "DELETE", f"INSERT INTO {t}({t}, rowid, {cols}) VALUES ('delete', OLD.rowid, {old});"),
+            # heartbeats and status changes leave the index alone
+            ("update", f"UPDATE OF {cols}",
+             f"INSERT INTO {t}({t}, rowid, {cols}) VALUES ('delete', OLD.rowid, {old}); "
+             f"INSERT INTO {t}(rowid, {cols}) VALUES (NEW.rowid, {new});"),
+        ):
+            self.execute(f"CREATE TRIGGER IF NOT EXISTS {t}_{name} AFTER {event} ON runs BEGIN {body} END")
+        self.execute(f"INSERT INTO {t}({t}) VALUES ('rebuild')")
+
+    def _search_prefilter(self, text: str):
+        # rows whose trigrams hold the search's, as one FTS5 phrase (a quoted string: nothing
+        # in it is query syntax but the doubled quote)
+        if len(text) < TRIGRAM or not self._has_search_index():
+            return None
+        phrase = '"' + text.replace('"', '""') + '"'
+        return f"rowid IN (SELECT rowid FROM {SEARCH_TABLE} WHERE {SEARCH_TABLE} MATCH ?)", [phrase]
+
+    def _has_search_index(self) -> bool:
+        # asked once per store: the table exists and this SQLite has the module to read it
+        if getattr(self, "_search_index", None) is None:
+            try:
+                self.query(f"SELECT rowid FROM {SEARCH_TABLE} LIMIT 0")
+                self._search_index = True
+            except sqlite3.OperationalError:
+                self._search_index = False
+        return self._search_index
 
     def db_size_bytes(self) -> int:
         total = 0
