@@ -175,17 +175,15 @@ def bench_queries(fig: Figures, cfg: dict, path: str, n_runs: int) -> None:
 
         def run(fn):
             def go():
+                rw.store._search_prefilter = lambda text: None
                 if pg:
                     rw.store.execute("SET enable_bitmapscan = off")
-                else:
-                    rw.store._search_prefilter = lambda text: None
                 try:
                     return fn()
                 finally:
+                    del rw.store._search_prefilter
                     if pg:
                         rw.store.execute("RESET enable_bitmapscan")
-                    else:
-                        del rw.store._search_prefilter
             return go
         return run
 

@@ -46,6 +46,9 @@ ROWS = [
     ("uni-2", "CAFÉ école STRASSE kelvin k", "etl"),
     ("q?", "x?y %s $1 [a-z] * ' OR '1'='1", "research"),
     ("nosummary", None, "etl"),
+    # holds every trigram of "abcdy", "bench8x" and "etlresearch", none as a substring: the
+    # index offers it, the LIKE refuses it
+    ("spread-1", "abcd xbcdy bench research", "etl"),
 ]
 QUERIES = [
     # 1 and 2 characters: no trigram, a LIKE scan
@@ -57,7 +60,10 @@ QUERIES = [
     "p'%_\\", "a\x00b", "a\ufffdb", "café", "CAFÉ", "Café", "école", "ÉCOLE", "straße", "STRASSE",
     "kelvin \u212a", "kelvin k", "KELVIN", "\U0001F600 r", "\u202eabc", "[a-z]", "' OR '1'='1",
     "x?y", "research", "RESEARCH", "ETL", "etl", "no such text anywhere", "ld, sh", "ld: t",
-    "nosummary", "x_y", "X_Y", "q?",
+    "nosummary", "x_y", "X_Y", "q?", "abcdy", "bcdy", "bench8x", "etlresearch",
+    # longer than the trigrams asked of the index: the rest is the LIKE's
+    "Hello World: the first question", "hello world: the first question!",
+    "Hello World: the first questioN", "Café ÉCOLE straße Kelvin K emoji",
 ]
 
 ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
@@ -120,7 +126,7 @@ def uses_index(rw: Rewind, query: str) -> bool:
             plan = " ".join(r[0] for r in rw.store.query(f"EXPLAIN {sql}", params))
         finally:
             rw.store.execute("RESET enable_seqscan")
-        return "runs_search_" in plan
+        return "runs_search" in plan
     plan = " ".join(str(r[-1]) for r in rw.store.query(f"EXPLAIN QUERY PLAN {sql}", params))
     return "runs_search" in plan
 
@@ -148,6 +154,9 @@ def test_search_matches_exactly_what_like_matched(rw, monkeypatch):
     assert found(rw, "a\x00b") == {"nul-run"}
     assert found(rw, "kelvin k") == {"uni-2"}  # the Kelvin sign is not a k
     assert found(rw, "no such text anywhere") == set()
+    assert found(rw, "abcdy") == found(rw, "bench8x") == found(rw, "etlresearch") == set()
+    assert found(rw, "Hello World: the first question") == {"run-alpha-01"}
+    assert found(rw, "Hello World: the first questioN") == (set() if pg else {"run-alpha-01"})
     print(f"\n[{'postgres' if pg else 'sqlite'}] {checked} searches as LIKE answered them "
           f"({indexed} through the trigram index)")
 
@@ -236,8 +245,7 @@ def _to_version_4(rw: Rewind) -> None:
     store = rw.store
     with store.transaction():
         if is_pg(rw):
-            for c in ("id", "summary", "pipeline"):
-                store.execute(f"DROP INDEX runs_search_{c}")
+            store.execute("DROP INDEX runs_search")
         else:
             for t in ("insert", "delete", "update"):
                 store.execute(f"DROP TRIGGER runs_search_{t}")
@@ -377,3 +385,22 @@ def test_keyset_page_uses_the_created_at_index(rw):
     else:
         plan = " ".join(str(r[-1]) for r in rw.store.query(f"EXPLAIN QUERY PLAN {sql}", params))
         assert "runs_created (created_at<?)" in plan, plan
+
+
+def test_a_common_search_scans_with_the_same_results(tmp_path, monkeypatch):
+    """Past MAX_CANDIDATES rows holding its trigrams a search scans (a page fills sooner that
+    way); the rows are the same either way."""
+    from rewind.store import sqlite as backend
+
+    rw = Rewind(str(tmp_path / "common.db"))
+    insert(rw, ROWS)
+    want = {q: found(rw, q) for q in QUERIES}
+    plan = lambda q: " ".join(str(r[-1]) for r in rw.store.query(
+        "EXPLAIN QUERY PLAN SELECT COUNT(*) FROM runs" + rw.store._run_filters(search=q)[0],
+        rw.store._run_filters(search=q)[1]))
+    assert "runs_search" in plan("hello")
+    monkeypatch.setattr(backend, "MAX_CANDIDATES", 0)
+    rw.store._search_plans.clear()
+    assert "runs_search" not in plan("hello") and "runs_search" in plan("no such text anywhere")
+    assert {q: found(rw, q) for q in QUERIES} == want
+    rw.close()

@@ -57,7 +57,7 @@ class SQLRuns(SQLBase, RunStore):
     def _search_prefilter(self, text: str) -> Optional[tuple]:
         """(SQL, params) narrowing a search to a superset of its matches through an index, or
         None: the LIKE below scans. A backend with a search index overrides it (SQLite: FTS5
-        trigrams); PostgreSQL needs none, its pg_trgm indexes serve the LIKE itself."""
+        trigrams; PostgreSQL: pg_trgm over the joined columns)."""
         return None
 
     def _run_filters(self, pipeline=None, status=None, parent_id=None, search=None, forks_only=False,
