@@ -164,7 +164,9 @@ class SQLiteStore(SQLStore):
         which rows hold a trigram and nothing more (detail=none: ~150 B a run instead of ~600
         with positions), so it answers "rows holding all these trigrams", a superset of the
         rows holding the substring; its case folding (Unicode) is wider than LIKE's (ASCII)
-        too: the LIKE in the query decides. An SQLite without FTS5 keeps scanning."""
+        too: the LIKE in the query decides. An SQLite without FTS5 keeps scanning. Rows are
+        matched by rowid, which VACUUM keeps; anything that renumbers the runs' rowids must run
+        INSERT INTO runs_search(runs_search) VALUES ('rebuild') after."""
         cols = ", ".join(SEARCH_COLUMNS)
         new = ", ".join(f"NEW.{c}" for c in SEARCH_COLUMNS)
         old = ", ".join(f"OLD.{c}" for c in SEARCH_COLUMNS)
