@@ -12,6 +12,7 @@ from burr.core.graph import GraphBuilder
 
 import rewind
 
+from bench import synth
 from bench import workload as W
 from bench.measure import Figures, fmt, median
 
@@ -145,31 +146,89 @@ def bench_pg_round_trips(fig: Figures, cfg: dict) -> None:
 
 
 def bench_queries(fig: Figures, cfg: dict, path: str, n_runs: int) -> None:
-    """The Runs page's worst queries at scale."""
-    rw = rewind.Rewind(path)
+    """The Runs page's worst queries at scale, on the synthetic store and, given a PostgreSQL
+    URL (REWIND_BENCH_PG_URL or REWIND_TEST_PG_URL), on a copy of its runs there: a search with
+    no match (page + count; beside it the same search with the index bypassed, interleaved),
+    page 1,001 reached the way a user reaches it (keyset, `after=` the last run of page 1,000;
+    beside it the same page by offset, interleaved, also printed as an unscored row), and cache
+    statistics (SQLite; the PostgreSQL copy holds runs only)."""
     label = f"{n_runs // 1000}k runs"
-    try:
-        def timed(fn) -> float:
+    reps = max(cfg["scale_reps"] // 4, 3)
+    needle = "no-such-text-anywhere-7f3a"
+    offset = min(50_000, n_runs // 2)
+    page_no = offset // 50 + 1
+
+    def timed(fn) -> float:
+        t0 = time.perf_counter()
+        fn()
+        first = (time.perf_counter() - t0) * 1e3
+        ts = []
+        for _ in range(reps):
             t0 = time.perf_counter()
             fn()
-            first = (time.perf_counter() - t0) * 1e3
-            ts = []
-            for _ in range(max(cfg["scale_reps"] // 4, 3)):
-                t0 = time.perf_counter()
-                fn()
-                ts.append((time.perf_counter() - t0) * 1e3)
-            return max(first, median(ts))
+            ts.append((time.perf_counter() - t0) * 1e3)
+        return max(first, median(ts))
 
-        needle = "no-such-text-anywhere-7f3a"
-        s = timed(lambda: (rw.list_runs(search=needle, limit=50), rw.count_runs(search=needle)))
-        offset = min(50_000, n_runs // 2)
-        o = timed(lambda: rw.list_runs(limit=50, offset=offset))
+    def scanning(rw):
+        """The same store with the search index bypassed (what a search cost before it)."""
+        pg = rw.store.placeholder == "%s"
+
+        def run(fn):
+            def go():
+                rw.store._search_prefilter = lambda text: None
+                if pg:
+                    rw.store.execute("SET enable_bitmapscan = off")
+                try:
+                    return fn()
+                finally:
+                    del rw.store._search_prefilter
+                    if pg:
+                        rw.store.execute("RESET enable_bitmapscan")
+            return go
+        return run
+
+    def measure(rw, where: str, key: str) -> dict:
+        search = lambda: (rw.list_runs(search=needle, limit=50), rw.count_runs(search=needle))
+        s = timed(search)
+        (prev,) = rw.list_runs(limit=1, offset=offset - 1)
+        want = [r.id for r in rw.list_runs(limit=50, offset=offset)]
+        got = [r.id for r in rw.list_runs(limit=50, after=prev.id)]
+        assert got == want and len(got) == 50, "keyset page differs from the offset page"
+        k = timed(lambda: rw.list_runs(limit=50, after=prev.id))
+        # same-process, interleaved ratios: index vs scan, keyset vs offset
+        w, _ = _interleaved({"index": search, "scan": scanning(rw)(search),
+                             "keyset": lambda: rw.list_runs(limit=50, after=prev.id),
+                             "offset": lambda: rw.list_runs(limit=50, offset=offset)}, reps)
+        fig.add(f"search_nomatch_ms{key}", f"G7. search with no match (page + count), {label}{where}",
+                s, "ms", "<= 10 ms", s <= 10,
+                display=f"{fmt(s)} ms (LIKE scan without the index {fmt(w['scan'])} ms: "
+                        f"{fmt(w['scan'] / w['index'])}x)")
+        fig.add(f"page_keyset_ms{key}",
+                f"G7. list_runs page {page_no:,} via keyset (after= last run of page {page_no - 1:,}), "
+                f"{label}{where}", k, "ms", "<= 10 ms", k <= 10,
+                display=f"{fmt(k)} ms ({fmt(w['offset'] / w['keyset'])}x faster than by offset)")
+        fig.add(f"page_offset_ms{key}", f"G7. same page by offset={offset:,} (unscored), {label}{where}",
+                w["offset"], "ms")
+        return {"search_ms": s, "keyset_ms": k, "interleaved_ms": w}
+
+    details: dict = {}
+    rw = rewind.Rewind(path)
+    try:
+        details["sqlite"] = measure(rw, "", "")
         st = timed(lambda: rw.cache_stats())
-        fig.details["queries"] = {"search_ms": s, "offset_ms": o, "cache_stats_ms": st}
-        fig.add("search_nomatch_ms", f"G7. search with no match (page + count), {label}", s, "ms",
-                "<= 10 ms", s <= 10)
-        fig.add("page_offset_ms", f"G7. list_runs page at offset {offset:,}, {label}", o, "ms",
-                "<= 10 ms", o <= 10)
+        details["sqlite"]["cache_stats_ms"] = st
         fig.add("cache_stats_ms", f"G7. cache_stats, {label}", st, "ms", "<= 10 ms", st <= 10)
     finally:
         rw.close()
+    url = os.environ.get("REWIND_BENCH_PG_URL") or os.environ.get("REWIND_TEST_PG_URL")
+    if not url:
+        fig.na("search_nomatch_ms_pg", f"G7. search and keyset page, {label} (PostgreSQL)",
+               "set REWIND_BENCH_PG_URL (or REWIND_TEST_PG_URL)", "<= 10 ms")
+    else:
+        with synth.pg_copy_of_runs(path, url) as (pg_url, copy_s):
+            rw = rewind.Rewind(pg_url)
+            try:
+                details["postgres"] = {"copy_s": copy_s, **measure(rw, " (PostgreSQL)", "_pg")}
+            finally:
+                rw.close()
+    fig.details["queries"] = details

@@ -7,6 +7,7 @@ what a run writes)."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -235,3 +236,32 @@ def pick_ids(path: str, seed: int = 11) -> dict:
         return {"fork": row["id"], "parent": row["parent_id"], "runs": n}
     finally:
         store.close()
+
+
+@contextlib.contextmanager
+def pg_copy_of_runs(path: str, base_url: str, log=print):
+    """(url, seconds) of a fresh PostgreSQL database, schema by the product, holding the runs
+    of the synthetic store at `path` (runs only: the queries measured there read no steps),
+    analyzed as autovacuum would leave it (not vacuumed: GIN pending lists as writes leave them); dropped afterwards."""
+    from psycopg2.extras import execute_values
+
+    from rewind.store.pg_admin import create_test_database, drop_database
+
+    started = time.perf_counter()
+    url = create_test_database(base_url, prefix="rewind_bench")
+    try:
+        rewind.Rewind(url).close()  # the schema, exactly as the product creates it
+        cols, rows = table_rows(path, schema.RUNS.name)
+        store = rw_store.open_store(url)
+        try:
+            with store.transaction():
+                cur = store.connection.cursor()
+                for i in range(0, len(rows), 5000):
+                    execute_values(cur, f"INSERT INTO runs ({', '.join(cols)}) VALUES %s",
+                                   rows[i:i + 5000], page_size=5000)
+            store.execute("ANALYZE runs")
+        finally:
+            store.close()
+        yield url, time.perf_counter() - started
+    finally:
+        drop_database(url)

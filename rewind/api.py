@@ -165,8 +165,15 @@ class Rewind:
 
     def list_runs(self, pipeline: Optional[str] = None, status: Optional[str] = None,
                   parent_id: Optional[str] = None, search: Optional[str] = None,
-                  limit: int = 50, offset: int = 0, forks_only: bool = False) -> list:
-        """Run summaries (no steps loaded), newest first."""
+                  limit: int = 50, offset: int = 0, forks_only: bool = False,
+                  after: Any = None) -> list:
+        """Run summaries (no steps loaded), newest first (created_at, then id, descending).
+
+        `search` matches a substring of the id, the summary or the pipeline name (SQLite: ASCII
+        letters in any case; PostgreSQL: case as typed). Paging: `after=` the last run of the
+        previous page (its id, or the Run) starts right after it, at the cost of one page
+        however deep (keyset); `offset` skips that many rows (the deeper, the slower); both
+        may be combined (`offset` then counts from the cursor)."""
         try:
             limit, offset = int(limit), int(offset)
         except (TypeError, ValueError):
@@ -181,18 +188,37 @@ class Rewind:
         if search is not None and len(str(search)) > MAX_SEARCH:
             raise InvalidRequest(f"a search is at most {MAX_SEARCH:,} characters, not "
                                  f"{len(str(search)):,}", field="search")
+        cursor = None
+        if after is not None:  # keyset: (created_at, id) of the run `after` names
+            run_id = after.id if isinstance(after, Run) else after
+            if not isinstance(run_id, str) or not run_id:
+                raise InvalidRequest(
+                    f"after must be the id of the last run of the previous page (or that Run), "
+                    f"not {after!r}", field="after")
+            try:
+                found = self.store.run_cursor(run_id)
+            except InvalidRequest as e:  # not text a run id can be (a lone surrogate)
+                raise InvalidRequest(f"after: {e}", field="after") from None
+            if found is None or not self._may_see({"owner": found[2]}):
+                raise InvalidRequest(
+                    f"after: no run {run_id!r} in {self.url} to page after (deleted since?); "
+                    "pass the id of the last run of the previous page, or page from the first",
+                    field="after", run_id=run_id)
+            cursor = (found[0], found[1])
         rows = self.store.list_run_rows(
             limit=min(int(limit), 10_000), offset=int(offset), pipeline=pipeline, status=status,
             parent_id=parent_id, search=search, forks_only=forks_only, owner=self._owner_filter,
+            after=cursor,
         )
         return [Run.from_row(r) for r in rows]
+
+    def count_runs(self, **filters: Any) -> int:
+        """How many runs match the filters `list_runs` takes (paging aside)."""
+        return self.store.count_runs(**filters, owner=self._owner_filter)
 
     def stored_pipelines(self) -> list:
         """Names of the pipelines that have runs in this store (registered or not)."""
         return self.store.pipelines(owner=self._owner_filter)
-
-    def count_runs(self, **filters: Any) -> int:
-        return self.store.count_runs(**filters, owner=self._owner_filter)
 
     def lineage(self, run_id: str) -> dict:
         """Ancestors (oldest first) and direct children of a run; purged parents are named."""

@@ -9,6 +9,10 @@
     4  cache_stat: the cache and blob totals `cache_stats` reads, kept by triggers (no scan of
        the cache or the blobs at any size); an index on cache.cached_at (the oldest entry,
        purges by age)
+    5  the run search index: substrings of id, summary and pipeline by trigrams (SQLite: an
+       FTS5 `trigram` table kept by triggers, built from the runs there; PostgreSQL: pg_trgm
+       GIN indexes, or none, logged, where CREATE EXTENSION is refused); searches return what
+       they did before, only faster
 
 Opening a database whose version is current reads one row and runs no DDL, takes no lock.
 Otherwise the opener takes the schema lock (`pg_advisory_xact_lock` on PostgreSQL, BEGIN
@@ -125,6 +129,7 @@ MIGRATIONS = (
     Migration(2, "nodes.doc", _add_columns_since(2)),
     Migration(3, "cache.meta, cache.shape_hash, runs.owner", _cache_meta),
     Migration(4, "cache_stat (kept by triggers), cache.cached_at index", _cache_stat),
+    Migration(5, "the run search index (trigrams)", lambda store: store._create_search_index()),
 )
 SCHEMA_VERSION = MIGRATIONS[-1].version
 

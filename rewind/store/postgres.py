@@ -13,6 +13,7 @@ never waits on (or deadlocks with) writers.
 from __future__ import annotations
 
 import contextlib
+import logging
 from typing import Any, Iterator, Optional, Sequence
 
 from ..errors import InvalidRequest, StoreError
@@ -20,7 +21,7 @@ from ..hashing import sha256_hex
 from .burr_state import BlobRefPersisterMixin
 from .pg_admin import CONNECT_TIMEOUT_S, redact
 from .rows import PARTITION_KEY
-from .schema import BURR_TABLE
+from .schema import BURR_TABLE, SEARCH_COLUMNS
 from .sql import chunks, invalid_unicode
 from .sqlstore import SQLStore
 
@@ -37,6 +38,10 @@ except ImportError as e:  # pragma: no cover - both are dependencies of the pack
 SCHEMA_LOCK_KEY = 0x52657769_6E640001 & 0x7FFFFFFFFFFFFFFF
 # the tables gc locks against writers while it decides what nothing refers to
 GC_TABLES = ("blobs", "nodes", "cache", "tool_cache", BURR_TABLE, "runs")
+logger = logging.getLogger("rewind")
+# the search index (schema version 5): trigrams of the search columns joined by a space
+SEARCH_INDEX = "runs_search"
+SEARCH_TEXT = " || ' ' || ".join(f"COALESCE({c}, '')" for c in SEARCH_COLUMNS)
 
 
 class _Conn(psycopg2.extensions.connection):
@@ -212,6 +217,38 @@ class PostgresStore(SQLStore):
         return [r[0] for r in self.query(
             "SELECT column_name FROM information_schema.columns WHERE table_name = ? "
             "AND table_schema = current_schema()", (table,))]
+
+    def _create_search_index(self) -> None:
+        """A pg_trgm GIN index on the runs' search columns joined (schema version 5): one index
+        scan per search instead of three. CREATE EXTENSION may be refused (a role that may not
+        create it, a server without contrib): searches then scan, as before, and the migration
+        goes on. GIN queues new entries in a pending list every search reads linearly until a
+        flush (4 MB by default: a search took 20 ms at 100k runs after a burst of writes, 0.3 ms
+        vacuumed); 64 kB bounds that near 1 ms, for +0.6% per fork (measured, interleaved)."""
+        try:
+            with self.transaction():  # a savepoint: a refusal must not abort the migration
+                self.execute("CREATE EXTENSION IF NOT EXISTS pg_trgm")
+                self.execute(f"CREATE INDEX IF NOT EXISTS {SEARCH_INDEX} ON runs USING gin "
+                             f"(({SEARCH_TEXT}) gin_trgm_ops) WITH (gin_pending_list_limit = 64)")
+        except psycopg2.Error as e:
+            first = (getattr(e, "pgerror", None) or str(e)).strip().splitlines()[0]
+            logger.warning(
+                "%s: no search index (pg_trgm: %s); searches scan every run. To index them, as a "
+                "role that may: CREATE EXTENSION pg_trgm; CREATE INDEX %s ON runs USING gin ((%s) "
+                "gin_trgm_ops)", self.url, first, SEARCH_INDEX, SEARCH_TEXT)
+
+    def _search_prefilter(self, text: str):
+        # the joined columns hold every substring any one of them holds (and a few more, across
+        # a seam): the index narrows, the LIKE on each column decides. A search shorter than a
+        # trigram gives the index nothing to look up: it scans.
+        if len(text) < 3 or not self._has_search_index():
+            return None
+        return f"({SEARCH_TEXT}) LIKE ? ESCAPE '\\'", [self._like(text)]
+
+    def _has_search_index(self) -> bool:
+        if getattr(self, "_search_index", None) is None:  # asked once per store
+            self._search_index = self.query("SELECT to_regclass(?)", (SEARCH_INDEX,))[0][0] is not None
+        return self._search_index
 
     def lock_for_gc(self) -> None:
         # Nothing may reference a blob between gc's scan and its delete; readers go on.

@@ -11,7 +11,7 @@ from typing import Any, Iterable, Optional, Sequence
 
 from .base import RunStore
 from .liveness import owner_is_gone
-from .schema import RUN_COLUMNS, RUNS, insert_sql
+from .schema import RUN_COLUMNS, RUNS, SEARCH_COLUMNS, insert_sql
 from .sql import SQLBase
 
 _SELECT = f"SELECT {', '.join(RUN_COLUMNS)} FROM runs"
@@ -54,8 +54,14 @@ class SQLRuns(SQLBase, RunStore):
         escaped = text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
         return f"%{escaped}%"
 
+    def _search_prefilter(self, text: str) -> Optional[tuple]:
+        """(SQL, params) narrowing a search to a superset of its matches through an index, or
+        None: the LIKE below scans. A backend with a search index overrides it (SQLite: FTS5
+        trigrams; PostgreSQL: pg_trgm over the joined columns)."""
+        return None
+
     def _run_filters(self, pipeline=None, status=None, parent_id=None, search=None, forks_only=False,
-                     owner=None):
+                     owner=None, after=None):
         where, params = [], []
         for column, value in (("pipeline", pipeline), ("status", status), ("parent_id", parent_id),
                               ("owner", owner)):
@@ -67,18 +73,36 @@ class SQLRuns(SQLBase, RunStore):
         if search:
             # LIKE stops at a NUL on SQLite (matching everything) and PostgreSQL text cannot
             # hold one: display text stores NUL as U+FFFD, so search for that
-            like = self._like(str(search).replace("\x00", "\ufffd"))
-            where.append(
-                "(id LIKE ? ESCAPE '\\' OR summary LIKE ? ESCAPE '\\' OR pipeline LIKE ? ESCAPE '\\')"
-            )
-            params += [like, like, like]
+            text = str(search).replace("\x00", "\ufffd")
+            pre = self._search_prefilter(text)
+            if pre is not None:
+                where.append(pre[0])
+                params += pre[1]
+            # the LIKE decides what matches, index or not: an index only narrows the rows it
+            # looks at, so results are the same with and without one
+            like = self._like(text)
+            where.append("(" + " OR ".join(f"{c} LIKE ? ESCAPE '\\'" for c in SEARCH_COLUMNS) + ")")
+            params += [like] * len(SEARCH_COLUMNS)
+        if after is not None:
+            # keyset paging: the rows after (created_at, id) in ORDER BY created_at DESC, id DESC;
+            # written so the created_at index bounds the range (a row-value OR would scan)
+            created, run_id = after
+            where.append("created_at <= ? AND (created_at < ? OR id < ?)")
+            params += [created, created, run_id]
         return (" WHERE " + " AND ".join(where)) if where else "", params
 
     def list_run_rows(self, limit: int = 50, offset: int = 0, **filters: Any) -> list:
+        """A page of runs, newest first; `after=(created_at, id)` of the previous page's last
+        run starts the page right after it (keyset: no rows skipped over), `offset` skips."""
         clause, params = self._run_filters(**filters)
         rows = self.query(f"{_SELECT}{clause} ORDER BY created_at DESC, id DESC LIMIT ? OFFSET ?",
                           [*params, int(limit), int(offset)])
         return [RUNS.row(r) for r in rows]
+
+    def run_cursor(self, run_id: str) -> Optional[tuple]:
+        """(created_at, id, owner) of a run, the key keyset paging continues after; None if absent."""
+        rows = self.query("SELECT created_at, id, owner FROM runs WHERE id = ?", (run_id,))
+        return tuple(rows[0]) if rows else None
 
     def count_runs(self, **filters: Any) -> int:
         clause, params = self._run_filters(**filters)

@@ -106,6 +106,9 @@ RUNS = Table(
              ("runs_status", ("status", "created_at")), ("runs_parent", ("parent_id", "created_at")),
              ("runs_owner", ("owner", "created_at"))),
 )
+# What a run search matches substrings of (`list_runs(search=...)`); schema version 5 indexes
+# them by trigrams (SQLite: an FTS5 table kept by triggers; PostgreSQL: pg_trgm GIN indexes).
+SEARCH_COLUMNS = ("id", "summary", "pipeline")
 # One row per step. Space-saving conventions (undone when read, see `rows`): `state_app_id`
 # NULL means the row's own run; `reason` NULL means the default for its status; what a step
 # shares with the step it was cached from lives in its content-addressed `doc` (a blob).
