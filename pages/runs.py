@@ -120,8 +120,10 @@ if st.session_state.get("flt_page", 1) > n_pages:
 pcol, ocol = st.columns([1, 3], vertical_alignment="bottom")
 page_no = pcol.number_input(f"Page (of {fmt.fmt_count(n_pages)})", min_value=1, max_value=n_pages, step=1,
                             key="flt_page")
-offset = (int(page_no) - 1) * page_size
-rows = core.runs_page(limit=page_size, offset=offset, **filters)
+query = view.page_query(st.session_state.get("_runs_page_marker"), filters, page_size, page_no)
+offset = query["offset"]
+rows = core.runs_page(limit=page_size, **query, **filters)
+st.session_state["_runs_page_marker"] = view.page_marker(filters, page_size, page_no, rows)
 
 
 def _open_typed_run() -> None:

@@ -96,6 +96,23 @@ def page_count(total: int, page_size: int) -> int:
     return max(1, math.ceil(total / page_size))
 
 
+def page_query(last: Optional[tuple], filters: dict, page_size: int, page_no: int) -> dict:
+    """How to fetch page `page_no`: after the last run of the page shown before it when that was
+    the previous page under the same filters and size (an index seek however deep the page),
+    else by offset. `last` is `page_marker` of the page shown before."""
+    offset = (int(page_no) - 1) * int(page_size)
+    if last and last[:3] == (repr(sorted(filters.items())), int(page_size), int(page_no) - 1):
+        return {"offset": offset, "after": last[3]}
+    return {"offset": offset, "after": None}
+
+
+def page_marker(filters: dict, page_size: int, page_no: int, rows: list) -> Optional[tuple]:
+    """What `page_query` needs to continue after this page (None for an empty one)."""
+    if not rows:
+        return None
+    return (repr(sorted(filters.items())), int(page_size), int(page_no), rows[-1]["id"])
+
+
 def table(rows: list) -> list:
     """The runs table: one dict per run row (from core.runs_page). The lineage (Parent, Fork at)
     comes right after the id so it is on screen at 1280 px; Tokens spent is the core's *spent*."""

@@ -497,11 +497,12 @@ def test_runs_page_pages_through_a_large_store(rw, db, monkeypatch):
                 "summary": f"bulk question {i}", "total_tokens": i % 500, "tokens_saved": 0,
                 "latency_ms": 12.5, "step_count": 4, "use_cache": 1, "allow_side_effects": 0,
             })
-    limits = []
+    limits, cursors = [], []
     real_list = rewind.Rewind.list_runs
 
     def spy(self, *a, **kw):
         limits.append(kw.get("limit", a[4] if len(a) > 4 else 50))
+        cursors.append(kw.get("after"))
         return real_list(self, *a, **kw)
 
     monkeypatch.setattr(rewind.Rewind, "list_runs", spy)
@@ -512,9 +513,17 @@ def test_runs_page_pages_through_a_large_store(rw, db, monkeypatch):
     assert len(at.dataframe[0].value) == 50
     assert limits and max(limits) <= 200
     assert elapsed < 20, elapsed
-    # the last page
+    # the next page continues after the last run shown (keyset), with the rows offset gives
+    first_page = list(at.dataframe[0].value["Run"])
+    at.number_input(key="flt_page").set_value(2)
+    ok(at.run())
+    assert cursors[-1] == first_page[-1]
+    assert list(at.dataframe[0].value["Run"]) == [r.id for r in rw.list_runs(limit=50, offset=50)]
+    assert any("Showing 51–100 of 100,001 runs" in c for c in texts(at.caption))
+    # a jump (to the last page) goes by offset
     at.number_input(key="flt_page").set_value(2001)
     ok(at.run())
+    assert cursors[-1] is None
     assert list(at.dataframe[0].value["Run"]) == ["bulk0099999"]
     at.text_input(key="flt_search").set_value("bulk question 99998")
     ok(at.run())
