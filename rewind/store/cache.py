@@ -73,7 +73,7 @@ class SQLCache(SQLBase, CacheStore):
         for i in range(0, len(items), _KEYS_PER_QUERY):
             chunk = items[i : i + _KEYS_PER_QUERY]
             values = ", ".join(["(?, ?, ?)"] * len(chunk))
-            self.execute(
+            self.execute_write(
                 f"UPDATE cache SET hits = hits + v.column3 FROM (VALUES {values}) AS v "
                 "WHERE cache.node = v.column1 AND cache.input_hash = v.column2",
                 [x for (node, ih), n in chunk for x in (node, ih, n)],
