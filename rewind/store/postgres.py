@@ -77,7 +77,7 @@ def _send(conn: "_Conn", tail: list):
     cur = conn.raw_cursor()
     if parts:
         try:
-            cur.execute(b";".join(parts))
+            cur.execute(b";\n".join(parts))  # one statement a line (tests split them)
         except psycopg2.DataError as e:
             raise _refused(e) from None
     return cur
