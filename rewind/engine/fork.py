@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import time
+import weakref
 from typing import Any, Callable, Optional
 
 from .. import serde
@@ -23,6 +24,27 @@ from .liveness import Heartbeat, owner_fields
 from .persistence import ThreadRoutedPersister
 from .recorder import steps_from_rows
 from .runner import Halts, base_builder, execute, new_run_id, save_start_state
+
+
+_PARSED: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # store -> {row: Step}
+_PARSED_MAX = 20_000
+
+
+def parent_steps(store: Any, rows: list, parent_id: Optional[str]) -> list:
+    """`Step`s of a run's rows for a fork to read (never handed out: the fork copies the ones
+    it inherits). A row and the content-addressed doc it names determine its `Step`, so the
+    ones parsed before are remembered per store (a run forked again parses nothing)."""
+    memo = _PARSED.get(store)
+    if memo is None:
+        memo = _PARSED[store] = {}
+    keys = [(parent_id, *r.items()) for r in rows]
+    missing = [r for r, k in zip(rows, keys) if k not in memo]
+    if missing:
+        if len(memo) + len(missing) > _PARSED_MAX:
+            memo.clear()
+        for r, step in zip(missing, steps_from_rows(missing, store, parent_id)):
+            memo[(parent_id, *r.items())] = step
+    return [memo[k] for k in keys]
 
 
 def load_steps(store: Any, row: dict) -> list:
@@ -111,7 +133,7 @@ def fork_run(store: Any, heartbeat: Heartbeat, pipeline: Any, parent_row: dict, 
     run_id = parent_row["id"]
     _check_request(pipeline, at, edit, params, occurrence)
     parent_rows = store.get_node_rows(run_id, parent_row["parent_id"])
-    steps = steps_from_rows(parent_rows, store, parent_row["parent_id"])
+    steps = parent_steps(store, parent_rows, parent_row["parent_id"])
     visits = [i for i, s in enumerate(steps) if s.node == at]
     if len(visits) >= occurrence:
         index = visits[occurrence - 1]
@@ -180,6 +202,10 @@ def fork_run(store: Any, heartbeat: Heartbeat, pipeline: Any, parent_row: dict, 
             completion_tokens=0, tokens_saved=0, latency_ms=0.0, reason=reason, error=None,
             source_run=s.run_id if s.status != StepStatus.INHERITED else s.source_run,
             inherited_cost=s.cost, _inputs=None, _outputs=None,
+            # its own containers: the parsed parent step is shared by later forks
+            params=dict(s.params), field_hashes=dict(s.field_hashes), input_refs=dict(s.input_refs),
+            output_refs=dict(s.output_refs), runtime_refs=dict(s.runtime_refs),
+            units=dict(s.units), files=dict(s.files), calls=list(s.calls), tools=list(s.tools),
         ))
     ctx.occurrences.update(s.node for s in ctx.steps)
     row = {

@@ -46,6 +46,10 @@ def _display(value: Any) -> Any:
         return repr(value)
 
 
+_INPUT_HASHES: dict = {}  # (node, field hash items) -> input hash
+_INPUT_HASHES_MAX = 100_000
+
+
 @dataclasses.dataclass
 class NodeSpec:
     """What is fixed about a node for one execution: policy, params, runner and their hashes."""
@@ -112,7 +116,15 @@ class NodeSpec:
         return out
 
     def input_hash(self, field_hashes: dict) -> str:
-        return combine({"node": self.node, "fields": field_hashes})
+        # a pure function of strings, remembered: a replay keys the visits its parent keyed
+        key = (self.node, tuple(field_hashes.items()))
+        got = _INPUT_HASHES.get(key)
+        if got is None:
+            got = combine({"node": self.node, "fields": field_hashes})
+            if len(_INPUT_HASHES) >= _INPUT_HASHES_MAX:
+                _INPUT_HASHES.clear()
+            _INPUT_HASHES[key] = got
+        return got
 
     # --- outputs ------------------------------------------------------------------------------
     def output_parts(self, outputs: dict) -> dict:
