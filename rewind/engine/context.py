@@ -16,7 +16,7 @@ import logging
 import time
 from typing import Any, Callable, Optional
 
-from .. import serde
+from .. import llm, serde
 from ..action import runtime_input_names
 from ..errors import CommitError, RewindError
 from ..hashing import canonical_parts, combine, is_internal_key, sha256_hex
@@ -29,6 +29,9 @@ _IMMUTABLE = (str, int, float, bool, type(None))
 # The execution Burr is driving in this thread: the wrapped graph of a pipeline is built once
 # and shared, so its actions look their execution up here.
 CURRENT: contextvars.ContextVar = contextvars.ContextVar("rewind_execution", default=None)
+
+
+_UNASKED = object()  # StepRecord.earlier before the lookup
 
 
 @dataclasses.dataclass
@@ -66,6 +69,13 @@ class StepRecord:
     endpoint: Optional[str] = None   # the model endpoint its calls went to (llm.endpoint_identity)
     integrity_note: Optional[str] = None   # why a cache entry was unusable
     deleted: list = dataclasses.field(default_factory=list)  # fields a served step removes
+    shape_hash: Optional[str] = None  # its key without the code (replay.shape_hash)
+    # the newest cache entry with the same inputs under other code, if already looked up
+    earlier: Any = dataclasses.field(default=None, repr=False)
+
+    def __post_init__(self):
+        if self.earlier is None:
+            self.earlier = _UNASKED
 
     def fail(self, error: str) -> None:
         self.status, self.error = StepStatus.FAILED, error
@@ -134,6 +144,7 @@ class ExecutionContext:
         self.current: Optional[StepRecord] = None
         self.last_error: Optional[str] = None
         self._specs: dict = {}
+        self._endpoint: Optional[str] = None
 
     # state hashes ----------------------------------------------------------------------------
     def absorb(self, values: dict) -> None:
@@ -332,6 +343,16 @@ class ExecutionContext:
             got = node_spec(node, inner, overrides, defaults)
         self._specs[key] = got
         return got
+
+    def endpoint(self) -> str:
+        """The model endpoint in force (`llm.endpoint_identity`), asked once per run of cache
+        hits: only a node that executes can change the settings."""
+        if self._endpoint is None:
+            self._endpoint = llm.endpoint_identity()
+        return self._endpoint
+
+    def forget_endpoint(self) -> None:
+        self._endpoint = None
 
     def cache_key(self, input_hash: Optional[str]) -> Optional[str]:
         """Where a visit's cache entry lives: its input hash, in the owner's own namespace when

@@ -25,7 +25,7 @@ from ..metering import StepMeter
 from ..models import StepStatus
 from ..model_calls import serving
 from .calls import for_step as model_call_cache
-from .context import CURRENT, ExecutionContext, StepRecord
+from .context import _UNASKED, CURRENT, ExecutionContext, StepRecord
 from .keys import NodeSpec, is_expired, keeps_first_output, miss_reason
 from .node import apply_outputs, execute_node
 
@@ -48,14 +48,35 @@ def entry_meta(entry: dict) -> dict:
 class EarlierVisit:
     """The last recorded visit with the same inputs but other code, from its cache entry."""
 
-    def __init__(self, meta: dict):
+    def __init__(self, meta: dict, store: Any = None):
         self.field_hashes = dict(meta.get("fields") or {})
         self.units = dict(meta.get("units") or {})
+        if not self.units and meta.get("units_doc") and store is not None:
+            # the units map is a doc shared by every entry of the same code; one gc purged
+            # only costs the explanation its unit names
+            try:
+                self.units = dict(store.get_docs([meta["units_doc"]])[meta["units_doc"]])
+            except RewindError:
+                self.units = {}
+
+
+def units_doc(ctx: ExecutionContext, units: dict) -> Optional[str]:
+    """The hash of the code-units map as a content-addressed doc (queued once): a cache entry
+    refers to it instead of repeating a kilobyte of unit names and hashes in every row."""
+    if not units:
+        return None
+    h, data = ctx.store.memo_doc(("units", tuple(units.items())), lambda: units)
+    if h not in ctx.new_blobs:
+        ctx.new_blobs[h] = data
+    return h
 
 
 def shape_hash(spec: NodeSpec, record: StepRecord) -> str:
     """The visit's key without its code: equal for the same inputs under edited code."""
-    return spec.input_hash({k: v for k, v in record.field_hashes.items() if k != "code"})
+    if record.shape_hash is None:
+        record.shape_hash = spec.input_hash(
+            {k: v for k, v in record.field_hashes.items() if k != "code"})
+    return record.shape_hash
 
 
 class ReplayAction(SingleStepAction):
@@ -112,7 +133,12 @@ class ReplayAction(SingleStepAction):
         elif spec.policy.cacheable:
             key = ctx.cache_key(record.input_hash)
             entry = ctx.cache_prefetch.pop((node, key), None)
-            if entry is None:
+            if entry is None and ctx.parent_step(node, occurrence) is None:
+                # a visit with no parent step: the newest entry with the same inputs under
+                # other code comes in the same query, for the reason if it runs
+                entry, record.earlier = ctx.store.cache_get_and_like(
+                    node, key, ctx.cache_key(shape_hash(spec, record)))
+            elif entry is None:
                 entry = ctx.store.cache_get(node, key)
             if entry is not None and ctx.use_cache:
                 expired = is_expired(spec.policy, entry)
@@ -174,7 +200,7 @@ class ReplayAction(SingleStepAction):
         if changed:  # a file the node read differs now: a miss, named
             record.files_changed = changed
             return None
-        if meta.get("endpoint") and meta["endpoint"] != llm.endpoint_identity():
+        if meta.get("endpoint") and meta["endpoint"] != ctx.endpoint():
             # its outputs came from another model endpoint (the session's settings changed)
             record.integrity_note = "its model calls went to another model endpoint"
             return None
@@ -208,6 +234,7 @@ class ReplayAction(SingleStepAction):
                  run_kwargs: dict, entry: Optional[dict], expired: bool, started: float) -> tuple:
         if ctx.pending_run is not None:  # make the run visible before doing real work
             ctx.commit()
+        ctx.forget_endpoint()  # the node may change the model settings
         policy = spec.policy
         record.status = StepStatus.EXECUTED
         record.side_effect = policy.determinism == SIDE_EFFECT
@@ -249,11 +276,12 @@ class ReplayAction(SingleStepAction):
         if ctx.parent_step(spec.node, record.occurrence) is not None:
             return None  # a fork names what changed against its parent's step
         try:
-            entry = ctx.store.latest_cache_entry_like(spec.node, ctx.cache_key(shape_hash(spec, record)))
+            entry = record.earlier if record.earlier is not _UNASKED else \
+                ctx.store.latest_cache_entry_like(spec.node, ctx.cache_key(shape_hash(spec, record)))
         except Exception:  # an explanation must never fail a step
             logger.debug("earlier visit lookup failed", exc_info=True)
             return None
-        return EarlierVisit(entry_meta(entry)) if entry is not None else None
+        return EarlierVisit(entry_meta(entry), ctx.store) if entry is not None else None
 
     @staticmethod
     def _metered(record: StepRecord, meter: StepMeter, calls: Optional[Any] = None) -> None:
@@ -308,7 +336,8 @@ class ReplayAction(SingleStepAction):
             "output_hash": record.output_hash,
             "outputs": refs_json(record.outputs),
             "meta": json.dumps({"hashes": record.output_field_hashes, "files": record.files,
-                                "fields": record.field_hashes, "units": record.units,
+                                "fields": record.field_hashes,
+                                "units_doc": units_doc(ctx, record.units),
                                 **({"endpoint": record.endpoint} if record.endpoint else {})},
                                sort_keys=True, separators=(",", ":")),
             "shape_hash": ctx.cache_key(shape_hash(spec, record)),

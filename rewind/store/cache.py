@@ -48,6 +48,16 @@ class SQLCache(SQLBase, CacheStore):
                           "LIMIT 1", (node, shape_hash))
         return CACHE.row(rows[0]) if rows else None
 
+    def cache_get_and_like(self, node: str, input_hash: str, shape_hash: str) -> tuple:
+        """(`cache_get`, `latest_cache_entry_like`) in one query."""
+        rows = self.query(
+            f"SELECT 0, * FROM ({_SELECT} WHERE node = ? AND input_hash = ?) AS e UNION ALL "
+            f"SELECT 1, * FROM ({_SELECT} WHERE node = ? AND shape_hash = ? "
+            "ORDER BY cached_at DESC LIMIT 1) AS l",
+            (node, input_hash, node, shape_hash))
+        got = {r[0]: CACHE.row(r[1:]) for r in rows}
+        return got.get(0), got.get(1)
+
     def cache_put(self, row: dict, keep_existing: bool = False) -> None:
         """Insert a cache entry; replace an existing one unless `keep_existing` (a
         deterministic entry keeps its first output)."""
