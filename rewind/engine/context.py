@@ -21,6 +21,7 @@ from ..action import runtime_input_names
 from ..errors import CommitError, RewindError
 from ..hashing import canonical_parts, combine, is_internal_key, sha256_hex
 from ..models import Step, StepStatus, normalize_overrides, overrides_at
+from . import burr_compat
 from .keys import NodeSpec, node_spec
 
 logger = logging.getLogger("rewind")
@@ -182,6 +183,11 @@ class ExecutionContext:
         return {k: blobs[k] for k in values if k in blobs and not is_internal_key(k)}
 
     state_refs = refs_of  # the persister's name for it
+
+    @staticmethod
+    def state_values(state: Any) -> dict:
+        """A Burr `State`'s values for the persister to read (not a copy: never mutated)."""
+        return burr_compat.state_values(state)
 
     def loaded(self, refs: dict) -> None:
         """The live state now holds the stored values at `refs` (a fork's or a resume's start,

@@ -18,6 +18,7 @@ from typing import Any, Optional
 
 from ..action import DETERMINISTIC, SIDE_EFFECT, TIME_BOUND, Policy, node_params, policy_of
 from ..errors import UnhashableValue
+from .burr_compat import state_values
 from ..fingerprint import changed_units, code_fingerprint, describe_fingerprint
 from ..hashing import (
     canonical_hash, canonical_parts, combine, is_internal_key, join_parts,
@@ -85,10 +86,11 @@ class NodeSpec:
     def readable(self, state: Any) -> dict:
         """The values this node may read from `state`: declared reads, then the prior values
         of declared writes (Burr's append/increment build on them)."""
-        out = {k: state[k] for k in self.inner.reads if k in state}
+        values = state_values(state)
+        out = {k: values[k] for k in self.inner.reads if k in values}
         for k in self.inner.writes:
-            if k not in out and k in state:
-                out[k] = state[k]
+            if k not in out and k in values:
+                out[k] = values[k]
         return out
 
     def field_hashes(self, readable: dict, known: Optional[dict] = None,

@@ -45,6 +45,24 @@ def entry_meta(entry: dict) -> dict:
         return {}
 
 
+_PARSED: dict = {}  # (outputs text, meta text) of a cache entry -> (refs, meta), read only
+_PARSED_MAX = 20_000
+
+
+def parsed_entry(entry: dict) -> tuple:
+    """(refs, meta) of a cache entry, parsed once per process: every fork of a run serves the
+    same entries (the dicts are shared: read them, never mutate them)."""
+    key = (entry["outputs"], entry.get("meta"))
+    if not isinstance(key[0], str) or not isinstance(key[1], (str, type(None))):
+        return json.loads(entry["outputs"]), entry_meta(entry)
+    got = _PARSED.get(key)
+    if got is None:
+        if len(_PARSED) >= _PARSED_MAX:
+            _PARSED.clear()
+        got = _PARSED[key] = (json.loads(entry["outputs"]), entry_meta(entry))
+    return got
+
+
 class EarlierVisit:
     """The last recorded visit with the same inputs but other code, from its cache entry."""
 
@@ -194,7 +212,7 @@ class ReplayAction(SingleStepAction):
         return outputs
 
     def _serve(self, ctx: ExecutionContext, record: StepRecord, entry: dict) -> Optional[dict]:
-        refs, meta = json.loads(entry["outputs"]), entry_meta(entry)
+        refs, meta = parsed_entry(entry)
         files = meta.get("files")
         changed = filewatch.changed(files) if files else None
         if changed:  # a file the node read differs now: a miss, named
@@ -224,7 +242,7 @@ class ReplayAction(SingleStepAction):
                 ctx.state_hashes[k] = h
                 if refs[k] is not None:
                     learn(refs[k], h)
-        record.outputs = refs
+        record.outputs = dict(refs)
         record.files = dict(meta.get("files") or {})
         record.output_hash = entry["output_hash"]
         record.deleted = [k for k, h in refs.items() if h is None]

@@ -125,8 +125,9 @@ class BlobRefPersisterMixin:
 
     def save(self, partition_key, app_id, sequence_id, position, state, status, **kwargs):
         store = self.rewind_store
-        values = state.get_all()
         ctx = store.live_contexts.get(app_id)
+        read = getattr(ctx, "state_values", None)
+        values = read(state) if read is not None else state.get_all()  # read, never mutated
         internal = {k: v for k, v in values.items() if k.startswith("__")}
         if ctx is not None:
             refs = ctx.state_refs(values)
