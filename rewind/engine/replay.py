@@ -66,27 +66,9 @@ def parsed_entry(entry: dict) -> tuple:
 class EarlierVisit:
     """The last recorded visit with the same inputs but other code, from its cache entry."""
 
-    def __init__(self, meta: dict, store: Any = None):
+    def __init__(self, meta: dict):
         self.field_hashes = dict(meta.get("fields") or {})
         self.units = dict(meta.get("units") or {})
-        if not self.units and meta.get("units_doc") and store is not None:
-            # the units map is a doc shared by every entry of the same code; one gc purged
-            # only costs the explanation its unit names
-            try:
-                self.units = dict(store.get_docs([meta["units_doc"]])[meta["units_doc"]])
-            except RewindError:
-                self.units = {}
-
-
-def units_doc(ctx: ExecutionContext, units: dict) -> Optional[str]:
-    """The hash of the code-units map as a content-addressed doc (queued once): a cache entry
-    refers to it instead of repeating a kilobyte of unit names and hashes in every row."""
-    if not units:
-        return None
-    h, data = ctx.store.memo_doc(("units", tuple(units.items())), lambda: units)
-    if h not in ctx.new_blobs:
-        ctx.new_blobs[h] = data
-    return h
 
 
 def shape_hash(spec: NodeSpec, record: StepRecord) -> str:
@@ -299,7 +281,7 @@ class ReplayAction(SingleStepAction):
         except Exception:  # an explanation must never fail a step
             logger.debug("earlier visit lookup failed", exc_info=True)
             return None
-        return EarlierVisit(entry_meta(entry), ctx.store) if entry is not None else None
+        return EarlierVisit(entry_meta(entry)) if entry is not None else None
 
     @staticmethod
     def _metered(record: StepRecord, meter: StepMeter, calls: Optional[Any] = None) -> None:
@@ -354,8 +336,7 @@ class ReplayAction(SingleStepAction):
             "output_hash": record.output_hash,
             "outputs": refs_json(record.outputs),
             "meta": json.dumps({"hashes": record.output_field_hashes, "files": record.files,
-                                "fields": record.field_hashes,
-                                "units_doc": units_doc(ctx, record.units),
+                                "fields": record.field_hashes, "units": record.units,
                                 **({"endpoint": record.endpoint} if record.endpoint else {})},
                                sort_keys=True, separators=(",", ":")),
             "shape_hash": ctx.cache_key(shape_hash(spec, record)),
