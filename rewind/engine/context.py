@@ -134,6 +134,7 @@ class ExecutionContext:
         self.pending_alarms: list = []
         self.pending_hits: list = []
         self.pending_states: list = []
+        self._scanned, self._costly = 0, False  # pending rows must_commit looked at; any costly
         self.unreported: list = []
         self.served: dict = {}  # blob hash -> value served from storage (see flush_pending)
         self.written_values: dict = {}  # blob hash -> immutable value queued (kept decoded)
@@ -267,6 +268,7 @@ class ExecutionContext:
         self.new_blobs, self.served = {}, {}
         self.pending_rows, self.pending_cache, self.pending_alarms, self.pending_hits = [], [], [], []
         self.pending_states = []
+        self._scanned, self._costly = 0, False
         self._last_commit = time.monotonic()
 
     def commit(self, extra: Optional[Callable[[Any], None]] = None) -> None:
@@ -324,11 +326,15 @@ class ExecutionContext:
             return True
         if time.monotonic() - self._last_commit >= 0.1:
             return True
-        return any(
-            r["status"] == StepStatus.FAILED or r.get("_durable") or (
-                r["status"] == StepStatus.EXECUTED and (r["tokens"] or (r["latency_ms"] or 0) >= 20))
-            for r in self.pending_rows
-        )
+        rows = self.pending_rows
+        if self._scanned < len(rows):  # rows are final once queued: look at each once
+            self._costly = self._costly or any(
+                r["status"] == StepStatus.FAILED or r.get("_durable") or (
+                    r["status"] == StepStatus.EXECUTED and (r["tokens"] or (r["latency_ms"] or 0) >= 20))
+                for r in rows[self._scanned:]
+            )
+            self._scanned = len(rows)
+        return self._costly
 
     # node specs ------------------------------------------------------------------------------
     def spec(self, node: str, inner: Any, occurrence: int = 1) -> NodeSpec:

@@ -47,6 +47,29 @@ def parent_steps(store: Any, rows: list, parent_id: Optional[str]) -> list:
     return [memo[k] for k in keys]
 
 
+_FINAL = (RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.HALTED)
+_ROWS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # store -> {run key: rows}
+
+
+def parent_rows_of(store: Any, run_row: dict) -> list:
+    """A run's resolved step rows, for a fork to read. Those of a run that has stopped are
+    remembered per store under the run's id, status, finish time and step count: a resume
+    (which changes them) changes those too."""
+    if run_row["status"] not in _FINAL:
+        return store.get_node_rows(run_row["id"], run_row["parent_id"])
+    key = (run_row["id"], run_row["status"], run_row.get("finished_at"), run_row.get("step_count"))
+    memo = _ROWS.get(store)
+    if memo is None:
+        memo = _ROWS[store] = {}
+    rows = memo.get(key)
+    if rows is None:
+        rows = store.get_node_rows(run_row["id"], run_row["parent_id"])
+        if len(memo) >= 2_000:
+            memo.clear()
+        memo[key] = rows
+    return rows
+
+
 def load_steps(store: Any, row: dict) -> list:
     return steps_from_rows(store.get_node_rows(row["id"], row["parent_id"]), store, row["parent_id"])
 
@@ -132,7 +155,7 @@ def fork_run(store: Any, heartbeat: Heartbeat, pipeline: Any, parent_row: dict, 
     edit, params = dict(edit or {}), dict(params or {})
     run_id = parent_row["id"]
     _check_request(pipeline, at, edit, params, occurrence)
-    parent_rows = store.get_node_rows(run_id, parent_row["parent_id"])
+    parent_rows = parent_rows_of(store, parent_row)
     steps = parent_steps(store, parent_rows, parent_row["parent_id"])
     visits = [i for i, s in enumerate(steps) if s.node == at]
     if len(visits) >= occurrence:
