@@ -182,6 +182,11 @@ class SQLBase(abc.ABC):
     @contextlib.contextmanager
     def transaction(self) -> Iterator[Any]: ...
 
+    def others_wrote(self) -> bool:
+        """Inside a write transaction: may another connection have committed (a gc that purged
+        blobs, say) since this connection last asked? Backends that cannot tell say True."""
+        return True
+
     def _refuse_write(self) -> None:
         if self.read_only:
             raise StoreError(
