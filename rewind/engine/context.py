@@ -72,11 +72,7 @@ class StepRecord:
     deleted: list = dataclasses.field(default_factory=list)  # fields a served step removes
     shape_hash: Optional[str] = None  # its key without the code (replay.shape_hash)
     # the newest cache entry with the same inputs under other code, if already looked up
-    earlier: Any = dataclasses.field(default=None, repr=False)
-
-    def __post_init__(self):
-        if self.earlier is None:
-            self.earlier = _UNASKED
+    earlier: Any = dataclasses.field(default=_UNASKED, repr=False)
 
     def fail(self, error: str) -> None:
         self.status, self.error = StepStatus.FAILED, error
