@@ -85,6 +85,14 @@ def cache_key(owner: Optional[str], input_hash: Optional[str]) -> Optional[str]:
     return combine({"owner": owner, "input_hash": input_hash})
 
 
+def _costly(row: dict) -> bool:
+    """A queued step row that must be durable at once: a failure, a performed side effect,
+    an executed step that spent tokens or took 20 ms."""
+    return row["status"] == StepStatus.FAILED or bool(row.get("_durable")) or (
+        row["status"] == StepStatus.EXECUTED
+        and bool(row["tokens"] or (row["latency_ms"] or 0) >= 20))
+
+
 class ExecutionContext:
     """Everything one run, fork or resume needs while Burr drives it."""
 
@@ -324,11 +332,7 @@ class ExecutionContext:
             return True
         rows = self.pending_rows
         if self._scanned < len(rows):  # rows are final once queued: look at each once
-            self._costly = self._costly or any(
-                r["status"] == StepStatus.FAILED or r.get("_durable") or (
-                    r["status"] == StepStatus.EXECUTED and (r["tokens"] or (r["latency_ms"] or 0) >= 20))
-                for r in rows[self._scanned:]
-            )
+            self._costly = self._costly or any(_costly(r) for r in rows[self._scanned:])
             self._scanned = len(rows)
         return self._costly
 

@@ -7,9 +7,9 @@ or hosts) sharing one database. One connection per thread (the base class keeps 
 autocommit mode so a read never leaves a transaction open; `transaction()` issues BEGIN/COMMIT
 itself and nests with savepoints. Inside a transaction, writes whose result nobody reads (an
 INSERT without RETURNING, `execute_write`) are held and sent in one round trip with the next
-statement that returns something, or with the COMMIT (BEGIN rides along with the first). A migration holds `pg_advisory_xact_lock` for its
-transaction; opening a database whose schema is current runs no DDL and locks nothing, so it
-never waits on (or deadlocks with) writers.
+statement that returns something, or with the COMMIT (BEGIN rides along with the first). A
+migration holds `pg_advisory_xact_lock` for its transaction; opening a database whose schema
+is current runs no DDL and locks nothing, so it never waits on (or deadlocks with) writers.
 """
 
 from __future__ import annotations
