@@ -26,48 +26,34 @@ from .recorder import steps_from_rows
 from .runner import Halts, base_builder, execute, new_run_id, save_start_state
 
 
-_PARSED: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # store -> {row: Step}
-_PARSED_MAX = 20_000
-
-
-def parent_steps(store: Any, rows: list, parent_id: Optional[str]) -> list:
-    """`Step`s of a run's rows for a fork to read (never handed out: the fork copies the ones
-    it inherits). A row and the content-addressed doc it names determine its `Step`, so the
-    ones parsed before are remembered per store (a run forked again parses nothing)."""
-    memo = _PARSED.get(store)
-    if memo is None:
-        memo = _PARSED[store] = {}
-    keys = [(parent_id, *r.items()) for r in rows]
-    missing = [r for r, k in zip(rows, keys) if k not in memo]
-    if missing:
-        if len(memo) + len(missing) > _PARSED_MAX:
-            memo.clear()
-        for r, step in zip(missing, steps_from_rows(missing, store, parent_id)):
-            memo[(parent_id, *r.items())] = step
-    return [memo[k] for k in keys]
-
-
 _FINAL = (RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.HALTED)
-_ROWS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # store -> {run key: rows}
+# store -> {(run id, status, finished_at, step_count): (resolved rows, their Steps)}
+_PARENTS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+_PARENTS_MAX = 2_000
 
 
-def parent_rows_of(store: Any, run_row: dict) -> list:
-    """A run's resolved step rows, for a fork to read. Those of a run that has stopped are
-    remembered per store under the run's id, status, finish time and step count: a resume
-    (which changes them) changes those too."""
+def parent_trajectory(store: Any, run_row: dict) -> tuple:
+    """(resolved step rows, `Step`s) of the run a fork starts from, for the fork to read (never
+    handed out: it copies the steps it inherits). Those of a run that has stopped are
+    remembered per store under its id, status, finish time and step count (a resume, which
+    changes its rows, changes those too); a row and the content-addressed doc it names
+    determine its `Step`."""
+    parent_id = run_row["parent_id"]
     if run_row["status"] not in _FINAL:
-        return store.get_node_rows(run_row["id"], run_row["parent_id"])
+        rows = store.get_node_rows(run_row["id"], parent_id)
+        return rows, steps_from_rows(rows, store, parent_id)
     key = (run_row["id"], run_row["status"], run_row.get("finished_at"), run_row.get("step_count"))
-    memo = _ROWS.get(store)
+    memo = _PARENTS.get(store)
     if memo is None:
-        memo = _ROWS[store] = {}
-    rows = memo.get(key)
-    if rows is None:
-        rows = store.get_node_rows(run_row["id"], run_row["parent_id"])
-        if len(memo) >= 2_000:
+        memo = _PARENTS[store] = {}
+    got = memo.get(key)
+    if got is None:
+        rows = store.get_node_rows(run_row["id"], parent_id)
+        got = (rows, steps_from_rows(rows, store, parent_id))
+        if len(memo) >= _PARENTS_MAX:
             memo.clear()
-        memo[key] = rows
-    return rows
+        memo[key] = got
+    return got
 
 
 def load_steps(store: Any, row: dict) -> list:
@@ -155,8 +141,7 @@ def fork_run(store: Any, heartbeat: Heartbeat, pipeline: Any, parent_row: dict, 
     edit, params = dict(edit or {}), dict(params or {})
     run_id = parent_row["id"]
     _check_request(pipeline, at, edit, params, occurrence)
-    parent_rows = parent_rows_of(store, parent_row)
-    steps = parent_steps(store, parent_rows, parent_row["parent_id"])
+    parent_rows, steps = parent_trajectory(store, parent_row)
     visits = [i for i, s in enumerate(steps) if s.node == at]
     if len(visits) >= occurrence:
         index = visits[occurrence - 1]
