@@ -37,8 +37,17 @@ class Reads:
     """What one `track_reads` block saw: `files` maps relative paths to content hashes."""
 
     def __init__(self, root: str) -> None:
-        self.root = os.path.realpath(root)
+        self._root = root
+        self._real: Optional[str] = None
         self.files: dict = {}
+
+    @property
+    def root(self) -> str:
+        # resolved when a file is first noted: most steps open none, and resolving walks
+        # every component of the path
+        if self._real is None:
+            self._real = os.path.realpath(self._root)
+        return self._real
 
     def note(self, file) -> None:
         try:

@@ -12,6 +12,14 @@ from burr.core import application as _app
 from burr.core.application import PRIOR_STEP, SEQUENCE_ID  # noqa: F401  (re-exported)
 
 
+def state_values(state: Any) -> dict:
+    """The dict a Burr `State` holds, for reading only (never mutate it). `State.get_all()`
+    copies it key by key through the Mapping protocol, and `state[k]`/`k in state` cost a
+    Python call each: per-step work that reads two fields should not walk the whole state."""
+    values = getattr(state, "_state", None)  # noqa: SLF001 (Burr has no read-only view)
+    return values if type(values) is dict else dict(state)
+
+
 def set_sequence_id(app: Any, sequence_id: int) -> None:
     """Make Burr number the next step `sequence_id + 1` (resume continues after the last
     saved state, including a failed attempt's)."""

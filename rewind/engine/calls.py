@@ -25,9 +25,16 @@ class ModelCallCache:
     """A call source (see `rewind.model_calls`) backed by the store's tool cache."""
 
     def __init__(self, store: Any, owner: Optional[str], ttl: Optional[float] = None,
-                 endpoint: str = ""):
-        self.store, self.owner, self.ttl, self.endpoint = store, owner, ttl, endpoint
+                 endpoint: Any = ""):
+        self.store, self.owner, self.ttl = store, owner, ttl
+        self._endpoint = endpoint  # a string, or a function asked at the first model call
         self.served: list = []
+
+    @property
+    def endpoint(self) -> str:
+        if callable(self._endpoint):  # most steps make no model call: not resolved for them
+            self._endpoint = self._endpoint()
+        return self._endpoint
 
     def _key(self, api: str, model: str, messages: Any, params: dict) -> str:
         # the endpoint (provider and base URL) is part of the request: another one may answer
@@ -71,4 +78,4 @@ def for_step(ctx: Any, spec: Any) -> Optional[ModelCallCache]:
     from .. import llm
 
     ttl = spec.policy.ttl if spec.policy.determinism == TIME_BOUND else None
-    return ModelCallCache(ctx.store, ctx.owner, ttl, llm.endpoint_identity())
+    return ModelCallCache(ctx.store, ctx.owner, ttl, llm.endpoint_identity)

@@ -16,11 +16,12 @@ import logging
 import time
 from typing import Any, Callable, Optional
 
-from .. import serde
+from .. import llm, serde
 from ..action import runtime_input_names
 from ..errors import CommitError, RewindError
 from ..hashing import canonical_parts, combine, is_internal_key, sha256_hex
 from ..models import Step, StepStatus, normalize_overrides, overrides_at
+from . import burr_compat
 from .keys import NodeSpec, node_spec
 
 logger = logging.getLogger("rewind")
@@ -29,6 +30,9 @@ _IMMUTABLE = (str, int, float, bool, type(None))
 # The execution Burr is driving in this thread: the wrapped graph of a pipeline is built once
 # and shared, so its actions look their execution up here.
 CURRENT: contextvars.ContextVar = contextvars.ContextVar("rewind_execution", default=None)
+
+
+_UNASKED = object()  # StepRecord.earlier before the lookup
 
 
 @dataclasses.dataclass
@@ -66,6 +70,9 @@ class StepRecord:
     endpoint: Optional[str] = None   # the model endpoint its calls went to (llm.endpoint_identity)
     integrity_note: Optional[str] = None   # why a cache entry was unusable
     deleted: list = dataclasses.field(default_factory=list)  # fields a served step removes
+    shape_hash: Optional[str] = None  # its key without the code (replay.shape_hash)
+    # the newest cache entry with the same inputs under other code, if already looked up
+    earlier: Any = dataclasses.field(default=_UNASKED, repr=False)
 
     def fail(self, error: str) -> None:
         self.status, self.error = StepStatus.FAILED, error
@@ -76,6 +83,14 @@ def cache_key(owner: Optional[str], input_hash: Optional[str]) -> Optional[str]:
     if owner is None or input_hash is None:
         return input_hash
     return combine({"owner": owner, "input_hash": input_hash})
+
+
+def _costly(row: dict) -> bool:
+    """A queued step row that must be durable at once: a failure, a performed side effect,
+    an executed step that spent tokens or took 20 ms."""
+    return row["status"] == StepStatus.FAILED or bool(row.get("_durable")) or (
+        row["status"] == StepStatus.EXECUTED
+        and bool(row["tokens"] or (row["latency_ms"] or 0) >= 20))
 
 
 class ExecutionContext:
@@ -123,6 +138,7 @@ class ExecutionContext:
         self.pending_alarms: list = []
         self.pending_hits: list = []
         self.pending_states: list = []
+        self._scanned, self._costly = 0, False  # pending rows must_commit looked at; any costly
         self.unreported: list = []
         self.served: dict = {}  # blob hash -> value served from storage (see flush_pending)
         self.written_values: dict = {}  # blob hash -> immutable value queued (kept decoded)
@@ -134,6 +150,7 @@ class ExecutionContext:
         self.current: Optional[StepRecord] = None
         self.last_error: Optional[str] = None
         self._specs: dict = {}
+        self._endpoint: Optional[str] = None
 
     # state hashes ----------------------------------------------------------------------------
     def absorb(self, values: dict) -> None:
@@ -171,6 +188,11 @@ class ExecutionContext:
         return {k: blobs[k] for k in values if k in blobs and not is_internal_key(k)}
 
     state_refs = refs_of  # the persister's name for it
+
+    @staticmethod
+    def state_values(state: Any) -> dict:
+        """A Burr `State`'s values for the persister to read (not a copy: never mutated)."""
+        return burr_compat.state_values(state)
 
     def loaded(self, refs: dict) -> None:
         """The live state now holds the stored values at `refs` (a fork's or a resume's start,
@@ -250,6 +272,7 @@ class ExecutionContext:
         self.new_blobs, self.served = {}, {}
         self.pending_rows, self.pending_cache, self.pending_alarms, self.pending_hits = [], [], [], []
         self.pending_states = []
+        self._scanned, self._costly = 0, False
         self._last_commit = time.monotonic()
 
     def commit(self, extra: Optional[Callable[[Any], None]] = None) -> None:
@@ -307,11 +330,11 @@ class ExecutionContext:
             return True
         if time.monotonic() - self._last_commit >= 0.1:
             return True
-        return any(
-            r["status"] == StepStatus.FAILED or r.get("_durable") or (
-                r["status"] == StepStatus.EXECUTED and (r["tokens"] or (r["latency_ms"] or 0) >= 20))
-            for r in self.pending_rows
-        )
+        rows = self.pending_rows
+        if self._scanned < len(rows):  # rows are final once queued: look at each once
+            self._costly = self._costly or any(_costly(r) for r in rows[self._scanned:])
+            self._scanned = len(rows)
+        return self._costly
 
     # node specs ------------------------------------------------------------------------------
     def spec(self, node: str, inner: Any, occurrence: int = 1) -> NodeSpec:
@@ -332,6 +355,16 @@ class ExecutionContext:
             got = node_spec(node, inner, overrides, defaults)
         self._specs[key] = got
         return got
+
+    def endpoint(self) -> str:
+        """The model endpoint in force (`llm.endpoint_identity`), asked once per run of cache
+        hits: only a node that executes can change the settings."""
+        if self._endpoint is None:
+            self._endpoint = llm.endpoint_identity()
+        return self._endpoint
+
+    def forget_endpoint(self) -> None:
+        self._endpoint = None
 
     def cache_key(self, input_hash: Optional[str]) -> Optional[str]:
         """Where a visit's cache entry lives: its input hash, in the owner's own namespace when

@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import time
+import weakref
 from typing import Any, Callable, Optional
 
 from .. import serde
@@ -23,6 +24,36 @@ from .liveness import Heartbeat, owner_fields
 from .persistence import ThreadRoutedPersister
 from .recorder import steps_from_rows
 from .runner import Halts, base_builder, execute, new_run_id, save_start_state
+
+
+_FINAL = (RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.HALTED)
+# store -> {(run id, status, finished_at, step_count): (resolved rows, their Steps)}
+_PARENTS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+_PARENTS_MAX = 2_000
+
+
+def parent_trajectory(store: Any, run_row: dict) -> tuple:
+    """(resolved step rows, `Step`s) of the run a fork starts from, for the fork to read (never
+    handed out: it copies the steps it inherits). Those of a run that has stopped are
+    remembered per store under its id, status, finish time and step count (a resume, which
+    changes its rows, changes those too); a row and the content-addressed doc it names
+    determine its `Step`."""
+    parent_id = run_row["parent_id"]
+    if run_row["status"] not in _FINAL:
+        rows = store.get_node_rows(run_row["id"], parent_id)
+        return rows, steps_from_rows(rows, store, parent_id)
+    key = (run_row["id"], run_row["status"], run_row.get("finished_at"), run_row.get("step_count"))
+    memo = _PARENTS.get(store)
+    if memo is None:
+        memo = _PARENTS[store] = {}
+    got = memo.get(key)
+    if got is None:
+        rows = store.get_node_rows(run_row["id"], parent_id)
+        got = (rows, steps_from_rows(rows, store, parent_id))
+        if len(memo) >= _PARENTS_MAX:
+            memo.clear()
+        memo[key] = got
+    return got
 
 
 def load_steps(store: Any, row: dict) -> list:
@@ -110,8 +141,7 @@ def fork_run(store: Any, heartbeat: Heartbeat, pipeline: Any, parent_row: dict, 
     edit, params = dict(edit or {}), dict(params or {})
     run_id = parent_row["id"]
     _check_request(pipeline, at, edit, params, occurrence)
-    parent_rows = store.get_node_rows(run_id, parent_row["parent_id"])
-    steps = steps_from_rows(parent_rows, store, parent_row["parent_id"])
+    parent_rows, steps = parent_trajectory(store, parent_row)
     visits = [i for i, s in enumerate(steps) if s.node == at]
     if len(visits) >= occurrence:
         index = visits[occurrence - 1]
@@ -180,6 +210,10 @@ def fork_run(store: Any, heartbeat: Heartbeat, pipeline: Any, parent_row: dict, 
             completion_tokens=0, tokens_saved=0, latency_ms=0.0, reason=reason, error=None,
             source_run=s.run_id if s.status != StepStatus.INHERITED else s.source_run,
             inherited_cost=s.cost, _inputs=None, _outputs=None,
+            # its own containers: the parsed parent step is shared by later forks
+            params=dict(s.params), field_hashes=dict(s.field_hashes), input_refs=dict(s.input_refs),
+            output_refs=dict(s.output_refs), runtime_refs=dict(s.runtime_refs),
+            units=dict(s.units), files=dict(s.files), calls=list(s.calls), tools=list(s.tools),
         ))
     ctx.occurrences.update(s.node for s in ctx.steps)
     row = {

@@ -18,6 +18,7 @@ from typing import Any, Optional
 
 from ..action import DETERMINISTIC, SIDE_EFFECT, TIME_BOUND, Policy, node_params, policy_of
 from ..errors import UnhashableValue
+from .burr_compat import state_values
 from ..fingerprint import changed_units, code_fingerprint, describe_fingerprint
 from ..hashing import (
     canonical_hash, canonical_parts, combine, is_internal_key, join_parts,
@@ -44,6 +45,10 @@ def _display(value: Any) -> Any:
         return to_canonical(value)
     except Exception:
         return repr(value)
+
+
+_INPUT_HASHES: dict = {}  # (node, field hash items) -> input hash
+_INPUT_HASHES_MAX = 100_000
 
 
 @dataclasses.dataclass
@@ -81,10 +86,11 @@ class NodeSpec:
     def readable(self, state: Any) -> dict:
         """The values this node may read from `state`: declared reads, then the prior values
         of declared writes (Burr's append/increment build on them)."""
-        out = {k: state[k] for k in self.inner.reads if k in state}
+        values = state_values(state)
+        out = {k: values[k] for k in self.inner.reads if k in values}
         for k in self.inner.writes:
-            if k not in out and k in state:
-                out[k] = state[k]
+            if k not in out and k in values:
+                out[k] = values[k]
         return out
 
     def field_hashes(self, readable: dict, known: Optional[dict] = None,
@@ -112,7 +118,15 @@ class NodeSpec:
         return out
 
     def input_hash(self, field_hashes: dict) -> str:
-        return combine({"node": self.node, "fields": field_hashes})
+        # a pure function of strings, remembered: a replay keys the visits its parent keyed
+        key = (self.node, tuple(field_hashes.items()))
+        got = _INPUT_HASHES.get(key)
+        if got is None:
+            got = combine({"node": self.node, "fields": field_hashes})
+            if len(_INPUT_HASHES) >= _INPUT_HASHES_MAX:
+                _INPUT_HASHES.clear()
+            _INPUT_HASHES[key] = got
+        return got
 
     # --- outputs ------------------------------------------------------------------------------
     def output_parts(self, outputs: dict) -> dict:

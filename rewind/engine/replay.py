@@ -25,7 +25,7 @@ from ..metering import StepMeter
 from ..models import StepStatus
 from ..model_calls import serving
 from .calls import for_step as model_call_cache
-from .context import CURRENT, ExecutionContext, StepRecord
+from .context import _UNASKED, CURRENT, ExecutionContext, StepRecord
 from .keys import NodeSpec, is_expired, keeps_first_output, miss_reason
 from .node import apply_outputs, execute_node
 
@@ -45,6 +45,24 @@ def entry_meta(entry: dict) -> dict:
         return {}
 
 
+_PARSED: dict = {}  # (outputs text, meta text) of a cache entry -> (refs, meta), read only
+_PARSED_MAX = 20_000
+
+
+def parsed_entry(entry: dict) -> tuple:
+    """(refs, meta) of a cache entry, parsed once per process: every fork of a run serves the
+    same entries (the dicts are shared: read them, never mutate them)."""
+    key = (entry["outputs"], entry.get("meta"))
+    if not isinstance(key[0], str) or not isinstance(key[1], (str, type(None))):
+        return json.loads(entry["outputs"]), entry_meta(entry)
+    got = _PARSED.get(key)
+    if got is None:
+        if len(_PARSED) >= _PARSED_MAX:
+            _PARSED.clear()
+        got = _PARSED[key] = (json.loads(entry["outputs"]), entry_meta(entry))
+    return got
+
+
 class EarlierVisit:
     """The last recorded visit with the same inputs but other code, from its cache entry."""
 
@@ -55,7 +73,10 @@ class EarlierVisit:
 
 def shape_hash(spec: NodeSpec, record: StepRecord) -> str:
     """The visit's key without its code: equal for the same inputs under edited code."""
-    return spec.input_hash({k: v for k, v in record.field_hashes.items() if k != "code"})
+    if record.shape_hash is None:
+        record.shape_hash = spec.input_hash(
+            {k: v for k, v in record.field_hashes.items() if k != "code"})
+    return record.shape_hash
 
 
 class ReplayAction(SingleStepAction):
@@ -112,7 +133,12 @@ class ReplayAction(SingleStepAction):
         elif spec.policy.cacheable:
             key = ctx.cache_key(record.input_hash)
             entry = ctx.cache_prefetch.pop((node, key), None)
-            if entry is None:
+            if entry is None and ctx.parent_step(node, occurrence) is None:
+                # a visit with no parent step: the newest entry with the same inputs under
+                # other code comes in the same query, for the reason if it runs
+                entry, record.earlier = ctx.store.cache_get_and_like(
+                    node, key, ctx.cache_key(shape_hash(spec, record)))
+            elif entry is None:
                 entry = ctx.store.cache_get(node, key)
             if entry is not None and ctx.use_cache:
                 expired = is_expired(spec.policy, entry)
@@ -168,13 +194,13 @@ class ReplayAction(SingleStepAction):
         return outputs
 
     def _serve(self, ctx: ExecutionContext, record: StepRecord, entry: dict) -> Optional[dict]:
-        refs, meta = json.loads(entry["outputs"]), entry_meta(entry)
+        refs, meta = parsed_entry(entry)
         files = meta.get("files")
         changed = filewatch.changed(files) if files else None
         if changed:  # a file the node read differs now: a miss, named
             record.files_changed = changed
             return None
-        if meta.get("endpoint") and meta["endpoint"] != llm.endpoint_identity():
+        if meta.get("endpoint") and meta["endpoint"] != ctx.endpoint():
             # its outputs came from another model endpoint (the session's settings changed)
             record.integrity_note = "its model calls went to another model endpoint"
             return None
@@ -198,7 +224,7 @@ class ReplayAction(SingleStepAction):
                 ctx.state_hashes[k] = h
                 if refs[k] is not None:
                     learn(refs[k], h)
-        record.outputs = refs
+        record.outputs = dict(refs)
         record.files = dict(meta.get("files") or {})
         record.output_hash = entry["output_hash"]
         record.deleted = [k for k, h in refs.items() if h is None]
@@ -208,6 +234,7 @@ class ReplayAction(SingleStepAction):
                  run_kwargs: dict, entry: Optional[dict], expired: bool, started: float) -> tuple:
         if ctx.pending_run is not None:  # make the run visible before doing real work
             ctx.commit()
+        ctx.forget_endpoint()  # the node may change the model settings
         policy = spec.policy
         record.status = StepStatus.EXECUTED
         record.side_effect = policy.determinism == SIDE_EFFECT
@@ -249,7 +276,8 @@ class ReplayAction(SingleStepAction):
         if ctx.parent_step(spec.node, record.occurrence) is not None:
             return None  # a fork names what changed against its parent's step
         try:
-            entry = ctx.store.latest_cache_entry_like(spec.node, ctx.cache_key(shape_hash(spec, record)))
+            entry = record.earlier if record.earlier is not _UNASKED else \
+                ctx.store.latest_cache_entry_like(spec.node, ctx.cache_key(shape_hash(spec, record)))
         except Exception:  # an explanation must never fail a step
             logger.debug("earlier visit lookup failed", exc_info=True)
             return None

@@ -55,7 +55,7 @@ class SQLBlobs(SQLBase, BlobStore):
         known = [h for h in blobs if h in self._known]
         if served:
             known += [h for h in served if h not in blobs]
-        if known:
+        if known and self.others_wrote():
             present = self.existing_blobs(known)
             missing = {h for h in known if h not in present}
             blobs = {h: d for h, d in blobs.items() if h not in self._known or h in missing}
@@ -64,6 +64,8 @@ class SQLBlobs(SQLBase, BlobStore):
                     if h not in blobs:
                         blobs[h] = serde.encode(served[h], "value")
                     self._known.discard(h)
+        else:  # nobody else wrote since: what this store knows is there is still there
+            blobs = {h: d for h, d in blobs.items() if h not in self._known}
         self._put_new(blobs)
 
     def _put_new(self, blobs: dict) -> None:

@@ -22,6 +22,7 @@ from .schema import BURR_TABLE, STATE_COLUMNS
 from .sql import SQLBase
 
 _KEY = "partition_key = ? AND app_id = ? AND sequence_id = ?"
+_STEP_DOC = json.dumps({STEP_DOC_KEY: "%s"}, separators=(",", ":"))
 
 
 class SQLStates(SQLBase, StateStore):
@@ -125,8 +126,9 @@ class BlobRefPersisterMixin:
 
     def save(self, partition_key, app_id, sequence_id, position, state, status, **kwargs):
         store = self.rewind_store
-        values = state.get_all()
         ctx = store.live_contexts.get(app_id)
+        read = getattr(ctx, "state_values", None)
+        values = read(state) if read is not None else state.get_all()  # read, never mutated
         internal = {k: v for k, v in values.items() if k.startswith("__")}
         if ctx is not None:
             refs = ctx.state_refs(values)
@@ -141,7 +143,7 @@ class BlobRefPersisterMixin:
         doc_hash, doc_data = store.memo_doc(tuple(refs.items()), lambda: refs)
         blobs[doc_hash] = doc_data
         if internal == {PRIOR_STEP_KEY: position, SEQUENCE_ID_KEY: sequence_id}:
-            doc = json.dumps({STEP_DOC_KEY: doc_hash}, separators=(",", ":"))
+            doc = _STEP_DOC % doc_hash  # json.dumps({STEP_DOC_KEY: doc_hash}), a hex hash
         else:
             doc = json.dumps({DOC_KEY: doc_hash, **internal}, sort_keys=True, separators=(",", ":"))
         row = (partition_key if partition_key is not None else PARTITION_KEY, app_id, sequence_id,

@@ -48,6 +48,16 @@ class SQLCache(SQLBase, CacheStore):
                           "LIMIT 1", (node, shape_hash))
         return CACHE.row(rows[0]) if rows else None
 
+    def cache_get_and_like(self, node: str, input_hash: str, shape_hash: str) -> tuple:
+        """(`cache_get`, `latest_cache_entry_like`) in one query."""
+        rows = self.query(
+            f"SELECT 0, * FROM ({_SELECT} WHERE node = ? AND input_hash = ?) AS e UNION ALL "
+            f"SELECT 1, * FROM ({_SELECT} WHERE node = ? AND shape_hash = ? "
+            "ORDER BY cached_at DESC LIMIT 1) AS l",
+            (node, input_hash, node, shape_hash))
+        got = {r[0]: CACHE.row(r[1:]) for r in rows}
+        return got.get(0), got.get(1)
+
     def cache_put(self, row: dict, keep_existing: bool = False) -> None:
         """Insert a cache entry; replace an existing one unless `keep_existing` (a
         deterministic entry keeps its first output)."""
@@ -73,7 +83,7 @@ class SQLCache(SQLBase, CacheStore):
         for i in range(0, len(items), _KEYS_PER_QUERY):
             chunk = items[i : i + _KEYS_PER_QUERY]
             values = ", ".join(["(?, ?, ?)"] * len(chunk))
-            self.execute(
+            self.execute_write(
                 f"UPDATE cache SET hits = hits + v.column3 FROM (VALUES {values}) AS v "
                 "WHERE cache.node = v.column1 AND cache.input_hash = v.column2",
                 [x for (node, ih), n in chunk for x in (node, ih, n)],

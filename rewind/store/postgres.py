@@ -5,9 +5,11 @@
 Same tables and behaviour as the SQLite backend; for several Rewind instances (or processes,
 or hosts) sharing one database. One connection per thread (the base class keeps them), in
 autocommit mode so a read never leaves a transaction open; `transaction()` issues BEGIN/COMMIT
-itself and nests with savepoints. A migration holds `pg_advisory_xact_lock` for its
-transaction; opening a database whose schema is current runs no DDL and locks nothing, so it
-never waits on (or deadlocks with) writers.
+itself and nests with savepoints. Inside a transaction, writes whose result nobody reads (an
+INSERT without RETURNING, `execute_write`) are held and sent in one round trip with the next
+statement that returns something, or with the COMMIT (BEGIN rides along with the first). A
+migration holds `pg_advisory_xact_lock` for its transaction; opening a database whose schema
+is current runs no DDL and locks nothing, so it never waits on (or deadlocks with) writers.
 """
 
 from __future__ import annotations
@@ -45,9 +47,50 @@ SEARCH_TEXT = " || ' ' || ".join(f"COALESCE({c}, '')" for c in SEARCH_COLUMNS)
 
 
 class _Conn(psycopg2.extensions.connection):
-    """A psycopg2 connection that knows its transaction depth (for nesting)."""
+    """A psycopg2 connection that knows its transaction depth (for nesting) and holds the
+    statements of its transaction not sent yet (see `PostgresStore.execute_write`)."""
 
     depth = 0
+    held: list = []
+
+    def cursor(self, *args, **kwargs):
+        # anyone else's statement (Burr's persister) sees the writes held so far
+        if self.held:
+            _send(self, [])
+        return super().cursor(*args, **kwargs)
+
+    def raw_cursor(self):
+        return super().cursor()
+
+
+class _Held:
+    """What `execute` returns for a write it held: nothing to read."""
+
+    rowcount = -1
+
+    def fetchall(self):  # pragma: no cover - a held write is never read
+        raise RuntimeError("a held write has no result")
+
+
+_HELD = _Held()
+
+
+def _send(conn: "_Conn", tail: list):
+    """Send the held statements and `tail` (mogrified bytes) in one round trip; the cursor
+    holds the last statement's result."""
+    parts, conn.held = conn.held + tail, []
+    cur = conn.raw_cursor()
+    if parts:
+        try:
+            cur.execute(b";\n".join(parts))  # one statement a line (tests split them)
+        except psycopg2.DataError as e:
+            raise _refused(e) from None
+    return cur
+
+
+def _holds(sql: str) -> bool:
+    head = sql.lstrip()[:6].upper()
+    return head == "INSERT" and "RETURNING" not in sql.upper()
 
 
 class BlobRefPostgresPersister(BlobRefPersisterMixin, PostgreSQLPersister):
@@ -110,6 +153,7 @@ class PostgresStore(SQLStore):
             raise StoreError(f"cannot connect to {self.url}: {str(e).strip()}") from e
         conn.autocommit = True
         conn.depth = 0
+        conn.held = []
         with conn.cursor() as cur:
             cur.execute("SET standard_conforming_strings = on")
             cur.execute("SET client_encoding = 'UTF8'")
@@ -135,22 +179,37 @@ class PostgresStore(SQLStore):
         # psycopg2 formats with %: a literal % in shared SQL must be doubled
         return sql.replace("%", "%%").replace("?", "%s")
 
-    def execute(self, sql: str, params: Sequence = ()):
+    def execute(self, sql: str, params: Sequence = (), hold: Optional[bool] = None):
         params = tuple(_clean_param(p) for p in params)
-        cur = self.connection.cursor()
+        conn = self.connection
+        cur = conn.raw_cursor()
         try:
-            cur.execute(self._sql(sql), params)
+            if not conn.depth:
+                cur.execute(self._sql(sql), params)
+                return cur
+            text = cur.mogrify(self._sql(sql), params)
+            if hold if hold is not None else _holds(sql):
+                conn.held.append(text)
+                return _HELD
+            return _send(conn, [text])
         except (UnicodeEncodeError, psycopg2.DataError) as e:
             raise _refused(e) from None
-        return cur
+
+    def execute_write(self, sql: str, params: Sequence = ()) -> None:
+        self.execute(sql, params, hold=True)
 
     def executemany(self, sql: str, rows: Sequence) -> None:
         rows = list(rows)
+        conn = self.connection
+        if conn.depth and _holds(sql):
+            for r in rows:
+                self.execute(sql, r)
+            return
         if len(rows) < 2:
             return super().executemany(sql, rows)
         from psycopg2.extras import execute_batch
 
-        cur = self.connection.cursor()
+        cur = conn.raw_cursor()
         try:
             execute_batch(cur, self._sql(sql), [tuple(_clean_param(p) for p in r) for r in rows])
         except (UnicodeEncodeError, psycopg2.DataError) as e:
@@ -171,34 +230,40 @@ class PostgresStore(SQLStore):
     @contextlib.contextmanager
     def transaction(self) -> Iterator[None]:
         conn = self.connection
-        cur = conn.cursor()
         if conn.depth:
+            # a savepoint's statements are sent by its end, so an error in them rolls back
+            # to it (not the whole transaction)
             name = f"rw_sp{conn.depth}"
-            cur.execute(f"SAVEPOINT {name}")
+            _send(conn, [f"SAVEPOINT {name}".encode()])
             conn.depth += 1
             try:
                 yield
+                _send(conn, [f"RELEASE SAVEPOINT {name}".encode()])
             except BaseException:
-                conn.depth -= 1
+                conn.held = []
                 with contextlib.suppress(psycopg2.Error):
-                    cur.execute(f"ROLLBACK TO SAVEPOINT {name}")
+                    conn.raw_cursor().execute(f"ROLLBACK TO SAVEPOINT {name}")
                 raise
-            conn.depth -= 1
-            cur.execute(f"RELEASE SAVEPOINT {name}")
+            finally:
+                conn.depth -= 1
             return
         self._refuse_write()
-        cur.execute("BEGIN")
+        conn.held = [b"BEGIN"]  # sent with the transaction's first statement
         conn.depth = 1
         try:
             yield
+            conn.depth = 0
+            if conn.held != [b"BEGIN"]:  # a transaction that wrote nothing sends nothing
+                _send(conn, [b"COMMIT"])
         except BaseException:
             conn.depth = 0
+            begun, conn.held = conn.held[:1] != [b"BEGIN"], []
             with contextlib.suppress(psycopg2.Error):
-                if not conn.closed:
-                    cur.execute("ROLLBACK")
+                if begun and not conn.closed:
+                    conn.raw_cursor().execute("ROLLBACK")
             raise
-        conn.depth = 0
-        cur.execute("COMMIT")
+        finally:
+            conn.held = []
 
     # schema --------------------------------------------------------------------------------
     @contextlib.contextmanager

@@ -129,6 +129,11 @@ class SQLBase(abc.ABC):
             raise invalid_unicode(e) from None
         return cur
 
+    def execute_write(self, sql: str, params: Sequence = ()) -> None:
+        """A write whose result nobody reads (no rows, no rowcount): a backend with round trips
+        may hold it and send it with the transaction's next statement or its COMMIT."""
+        self.execute(sql, params)
+
     def executemany(self, sql: str, rows: Sequence) -> None:
         """One statement over many parameter rows (backends may batch it)."""
         for params in rows:
@@ -176,6 +181,11 @@ class SQLBase(abc.ABC):
     @abc.abstractmethod
     @contextlib.contextmanager
     def transaction(self) -> Iterator[Any]: ...
+
+    def others_wrote(self) -> bool:
+        """Inside a write transaction: may another connection have committed (a gc that purged
+        blobs, say) since this connection last asked? Backends that cannot tell say True."""
+        return True
 
     def _refuse_write(self) -> None:
         if self.read_only:

@@ -113,11 +113,25 @@ class SQLiteStore(SQLStore):
             return conn
         raise AssertionError("unreachable")
 
+    def execute(self, sql: str, params=()):
+        if sql.lstrip()[:6].upper() == "DELETE":  # this connection may remove blobs it knew
+            self.connection.seen_version = None
+        return super().execute(sql, params)
+
     def executemany(self, sql: str, rows) -> None:
+        if sql.lstrip()[:6].upper() == "DELETE":
+            self.connection.seen_version = None
         try:
             self.connection.cursor().executemany(sql, [tuple(r) for r in rows])
         except UnicodeEncodeError as e:
             raise invalid_unicode(e) from None
+
+    def others_wrote(self) -> bool:
+        # PRAGMA data_version changes when, and only when, another connection commits
+        conn = self.connection
+        version = conn.execute("PRAGMA data_version").fetchone()[0]
+        seen, conn.seen_version = conn.seen_version, version
+        return version != seen
 
     def _make_persister(self, connection):
         return BlobRefSQLitePersister(self, connection)
@@ -240,6 +254,7 @@ class _Conn:
     def __init__(self, conn: sqlite3.Connection):
         self._conn = conn
         self.depth = 0
+        self.seen_version = None  # PRAGMA data_version at this connection's last write
 
     def __getattr__(self, name):
         return getattr(self._conn, name)
