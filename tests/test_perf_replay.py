@@ -34,7 +34,8 @@ def _statements(store, fn):
 
     class Counting(psycopg2.extensions.cursor):
         def execute(self, q, *a, **k):
-            seen.append(q if isinstance(q, str) else q.decode())
+            # statements held and sent together arrive in one execute, one a line
+            seen.extend((q if isinstance(q, str) else q.decode()).split(";\n"))
             return super().execute(q, *a, **k)
 
     old = raw.cursor_factory
@@ -81,7 +82,11 @@ def test_a_no_edit_fork_sends_no_blob_bytes_and_one_hit_update(db_url):
     hits = sorted({s for s in upper if s.startswith("UPDATE CACHE SET HITS")})
     assert len(hits) == 1 and hits[0].count("', 1)") + hits[0].count("%S, %S, %S)") == 6, hits
     presence = sorted({s for s in upper if s.startswith("SELECT HASH FROM BLOBS")})
-    assert len(presence) == 1, sql  # one check that the blobs referred to are still there
+    # one check that the blobs referred to are still there; on SQLite only when another
+    # connection committed since this one last wrote (PRAGMA data_version): nobody did here
+    from rewind.store.sqlite import SQLiteStore
+
+    assert len(presence) == (0 if isinstance(rw.store, SQLiteStore) else 1), sql
     fork = rw.fork(root.id, at=W.FORK_AT)
     assert [s.status for s in fork.steps] == ["inherited"] * 2 + ["cached"] * 6
     cache = {r[0]: r[1] for r in rw.store.query("SELECT node, hits FROM cache")}
