@@ -85,7 +85,29 @@ def test_a_fresh_database_is_created_under_the_schema_lock(db_url, traced):
     first_ddl = next(i for i, s in enumerate(traced) if s.lstrip().upper().startswith("CREATE"))
     assert any(lock in s for s in traced[:first_ddl]), traced[:first_ddl]
     assert store.query("SELECT version FROM schema_version") == [(SCHEMA_VERSION,)]
-    assert SCHEMA_VERSION == 5
+    assert SCHEMA_VERSION == 6
+    store.close()
+
+
+def _cache_age_indexes(store) -> list:
+    if isinstance(store, SQLiteStore):
+        return sorted(name for (name,) in store.query(
+            "SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'cache' "
+            "AND sql LIKE '%(cached_at)%'"))
+    return sorted(name for (name,) in store.query(
+        "SELECT indexname FROM pg_indexes WHERE tablename = 'cache' AND indexdef LIKE '%(cached_at)%'"))
+
+
+def test_the_cache_has_one_age_index_fresh_and_migrated(db_url):
+    store = open_store(db_url)
+    assert _cache_age_indexes(store) == ["cache_cached_at"]
+    with store.transaction():  # a database migrated to version 4 or 5 had two
+        store.execute("CREATE INDEX cache_age ON cache (cached_at)")
+    store.close()
+    _set_version(db_url, 5)
+    store = open_store(db_url)
+    assert _cache_age_indexes(store) == ["cache_cached_at"]
+    assert store.query("SELECT version FROM schema_version") == [(SCHEMA_VERSION,)]
     store.close()
 
 

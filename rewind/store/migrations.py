@@ -13,6 +13,8 @@
        FTS5 `trigram` table kept by triggers, built from the runs there; PostgreSQL: pg_trgm
        GIN indexes, or none, logged, where CREATE EXTENSION is refused); searches return what
        they did before, only faster
+    6  one index on cache.cached_at, not two: step 4 added `cache_age` beside the layout's
+       `cache_cached_at`, and every write to the cache paid for both
 
 Opening a database whose version is current reads one row and runs no DDL, takes no lock.
 Otherwise the opener takes the schema lock (`pg_advisory_xact_lock` on PostgreSQL, BEGIN
@@ -72,7 +74,7 @@ _STAT_SOURCES = (("cache", "entries", "hits", "hits"), ("tool_cache", "tool_entr
 
 
 def _cache_stat(store) -> None:
-    store.execute("CREATE INDEX IF NOT EXISTS cache_age ON cache (cached_at)")
+    store.execute("CREATE INDEX IF NOT EXISTS cache_cached_at ON cache (cached_at)")
     cols = ", ".join(f"{c} BIGINT NOT NULL DEFAULT 0" for c in _STAT_COLS)
     # SQLite has one writer at a time: one row. PostgreSQL: a row per statement, appended by
     # statement triggers (no row two writers both update, so no lock order to get wrong),
@@ -124,12 +126,18 @@ def _pg_stat_triggers(store) -> None:
                           f"FOR EACH STATEMENT EXECUTE FUNCTION {fn}()")
 
 
+def _one_age_index(store) -> None:
+    store.execute("CREATE INDEX IF NOT EXISTS cache_cached_at ON cache (cached_at)")
+    store.execute("DROP INDEX IF EXISTS cache_age")
+
+
 MIGRATIONS = (
     Migration(1, "the first layout", _create_tables),
     Migration(2, "nodes.doc", _add_columns_since(2)),
     Migration(3, "cache.meta, cache.shape_hash, runs.owner", _cache_meta),
     Migration(4, "cache_stat (kept by triggers), cache.cached_at index", _cache_stat),
     Migration(5, "the run search index (trigrams)", lambda store: store._create_search_index()),
+    Migration(6, "one cache.cached_at index", _one_age_index),
 )
 SCHEMA_VERSION = MIGRATIONS[-1].version
 
