@@ -99,3 +99,29 @@ def test_the_context_burr_injects_has_the_executor_factory_rewind_wraps():
         mapped = list(pool.map(lambda _: marker.get(), range(2)))
     assert seen == "the step's" and mapped == ["the step's", "the step's"]
     assert wrapped.app_id == "a" and burr_compat.metered_context({"x": 1}) == {"x": 1}
+
+
+# --- state_values: a State keeps its values in one plain dict that reads may use directly -----
+def test_state_values_is_the_dict_the_state_holds():
+    state = State({"a": 1, "b": [2, 3]})
+    values = burr_compat.state_values(state)
+    assert type(values) is dict
+    assert values == state.get_all() == {"a": 1, "b": [2, 3]}
+    assert values is burr_compat.state_values(state)  # not a copy
+    assert values["b"] is state["b"]
+
+
+def test_a_new_state_holds_a_new_dict_so_old_views_stay_right():
+    state = State({"a": 1})
+    before = burr_compat.state_values(state)
+    after = state.update(a=2, c=3)
+    assert before == {"a": 1}  # Burr copies on update: a view never changes under a reader
+    assert burr_compat.state_values(after) == {"a": 2, "c": 3}
+    assert burr_compat.state_values(after.wipe(delete=["c"])) == {"a": 2}
+
+
+def test_a_state_like_mapping_without_the_dict_is_copied():
+    class Other(dict):
+        pass
+
+    assert burr_compat.state_values(Other(x=1)) == {"x": 1}

@@ -58,6 +58,10 @@ class RunStore(abc.ABC):
         """Update the run only if its status is one of `from_statuses` (atomic)."""
 
     @abc.abstractmethod
+    def run_cursor(self, run_id: str) -> Optional[tuple]:
+        """(created_at, id, owner) of a run, where keyset paging continues after it."""
+
+    @abc.abstractmethod
     def get_run_row(self, run_id: str) -> Optional[dict]: ...
 
     @abc.abstractmethod
@@ -115,6 +119,10 @@ class CacheStore(abc.ABC):
     @abc.abstractmethod
     def latest_cache_entry_like(self, node: str, shape_hash: str) -> Optional[dict]:
         """The newest entry of `node` for the same inputs under any code."""
+
+    @abc.abstractmethod
+    def cache_get_and_like(self, node: str, input_hash: str, shape_hash: str) -> tuple:
+        """(`cache_get`, `latest_cache_entry_like`) at once: a miss names what changed."""
 
     @abc.abstractmethod
     def cache_get_many(self, keys: Sequence[tuple]) -> dict: ...
