@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..errors import InvalidRequest
-from .inputs import parse_assignments
+from .inputs import add_change_flags, parse_changes
 from .output import Progress, cut, dumps, shown, table
 from .parser import int_in
 from .runs import open_rewind
@@ -74,8 +74,7 @@ def _print_report(report: Any, out: Any, prog: str) -> None:
 
 def cmd_batch(args: Any, out: Any) -> int:
     # every flag is parsed before the store is opened: bad input writes nothing
-    edit = parse_assignments("--edit", args.edit)
-    params = parse_assignments("--param", args.param)
+    edit, params = parse_changes(args)
     runs = parse_run_ids(args.runs)
     if runs is None and args.pipeline is None:
         raise InvalidRequest("name the source runs: --pipeline P or --runs ID,...", field="--runs")
@@ -119,10 +118,7 @@ def add_commands(add) -> None:
                     help="with --pipeline: runs of this status (default: completed)")
     sp.add_argument("--limit", type=int_in(1, 1_000_000), default=None, metavar="N",
                     help="at most N runs, newest first")
-    sp.add_argument("--edit", action="append", metavar="FIELD=JSON",
-                    help="set a state field the node reads (repeatable)")
-    sp.add_argument("--param", action="append", metavar="NAME=JSON",
-                    help="set one of the node's parameters (repeatable)")
+    add_change_flags(sp)
     sp.add_argument("--outcome", metavar="FIELD",
                     help="the state field that is a run's result (default: the last node's writes)")
     sp.add_argument("--noise-samples", type=int_in(0, 200), default=0, metavar="K",

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 
-from .inputs import parse_assignments
+from .inputs import add_change_flags, parse_changes
 from .output import (
     Progress, cut, dumps, node_label, one_line, progress_for, shown, short_hash, table,
 )
@@ -17,8 +17,7 @@ EXIT_OK = 0
 
 def cmd_fork(args, out) -> int:
     # Parse every flag before touching the store: bad input writes nothing.
-    edit = parse_assignments("--edit", args.edit)
-    params = parse_assignments("--param", args.param)
+    edit, params = parse_changes(args)
     with open_rewind(args) as rw:
         parent = rw.get_run(args.run)
         if args.plan:
@@ -124,10 +123,7 @@ def add_commands(add) -> None:
     sp.add_argument("--at", required=True, metavar="NODE")
     sp.add_argument("--occurrence", type=int_in(1, 10**6), default=1, metavar="N",
                     help="fork at the N-th visit of NODE (loops)")
-    sp.add_argument("--edit", action="append", metavar="FIELD=JSON",
-                    help="set a state field the node reads (repeatable)")
-    sp.add_argument("--param", action="append", metavar="NAME=JSON",
-                    help="set one of the node's parameters (repeatable)")
+    add_change_flags(sp)
     sp.add_argument("--allow-side-effects", action="store_true",
                     help="perform side effects again instead of dry-running them")
     sp.add_argument("--plan", action="store_true",

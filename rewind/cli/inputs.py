@@ -111,3 +111,17 @@ def parse_assignments(flag: str, items: Optional[Sequence[str]]) -> dict:
             raise InvalidRequest(f"{flag} {name}: given more than once", field=flag)
         out[name] = value
     return out
+
+
+def add_change_flags(sp: Any) -> None:
+    """`--edit FIELD=JSON` and `--param NAME=JSON`, the one change a fork or a batch makes."""
+    sp.add_argument("--edit", action="append", metavar="FIELD=JSON",
+                    help="set a state field the node reads (repeatable)")
+    sp.add_argument("--param", action="append", metavar="NAME=JSON",
+                    help="set one of the node's parameters (repeatable)")
+
+
+def parse_changes(args: Any) -> tuple:
+    """(edit, params) from `add_change_flags`' flags, refused with the flag's name if bad."""
+    return parse_assignments("--edit", args.edit), parse_assignments("--param", args.param)
+
