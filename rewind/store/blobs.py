@@ -64,6 +64,10 @@ class SQLBlobs(SQLBase, BlobStore):
                     if h not in blobs:
                         blobs[h] = serde.encode(served[h], "value")
                     self._known.discard(h)
+                if self.others_seen_once:
+                    # the change just seen is now consumed; what it may have purged among the
+                    # hashes not checked here would never be checked again: forget them
+                    self._known.intersection_update(present)
         else:  # nobody else wrote since: what this store knows is there is still there
             blobs = {h: d for h, d in blobs.items() if h not in self._known}
         self._put_new(blobs)

@@ -182,6 +182,10 @@ class SQLBase(abc.ABC):
     @contextlib.contextmanager
     def transaction(self) -> Iterator[Any]: ...
 
+    # True where `others_wrote` reports each change of another connection once (SQLite's
+    # data_version), False where it always says True
+    others_seen_once = False
+
     def others_wrote(self) -> bool:
         """Inside a write transaction: may another connection have committed (a gc that purged
         blobs, say) since this connection last asked? Backends that cannot tell say True."""

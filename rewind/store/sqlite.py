@@ -126,6 +126,8 @@ class SQLiteStore(SQLStore):
         except UnicodeEncodeError as e:
             raise invalid_unicode(e) from None
 
+    others_seen_once = True
+
     def others_wrote(self) -> bool:
         # PRAGMA data_version changes when, and only when, another connection commits
         conn = self.connection
