@@ -13,6 +13,20 @@ import contextvars
 import dataclasses
 from typing import Any, Callable, Iterator, Optional
 
+from .errors import InvalidRequest
+
+# More tokens than any model call has ever had, far under the stores' 64-bit columns (run totals
+# add many steps): a count past it is a provider's or a caller's mistake, refused by name.
+MAX_TOKENS = 10**12
+
+
+def _token_count(value: Any, field: str) -> int:
+    n = max(int(value or 0), 0)
+    if n > MAX_TOKENS:
+        raise InvalidRequest(f"{field}={n} is not a real token count (at most {MAX_TOKENS:,} a "
+                             "call): check what reported it", field=field)
+    return n
+
 
 @dataclasses.dataclass
 class ModelCall:
@@ -94,11 +108,12 @@ def record_usage(prompt_tokens: int, completion_tokens: int) -> None:
     if meter is None:
         return
     try:
-        prompt, completion = int(prompt_tokens or 0), int(completion_tokens or 0)
+        prompt = _token_count(prompt_tokens, "prompt_tokens")
+        completion = _token_count(completion_tokens, "completion_tokens")
     except (TypeError, ValueError):
         return
-    meter.prompt_tokens += max(prompt, 0)
-    meter.completion_tokens += max(completion, 0)
+    meter.prompt_tokens += prompt
+    meter.completion_tokens += completion
     meter.model_calls += 1
 
 
@@ -107,7 +122,7 @@ def record_call(call: ModelCall, meter: Optional[StepMeter] = None) -> None:
     meter = meter if meter is not None else _current.get()
     if meter is None:
         return
-    meter.prompt_tokens += max(int(call.prompt_tokens or 0), 0)
-    meter.completion_tokens += max(int(call.completion_tokens or 0), 0)
+    meter.prompt_tokens += _token_count(call.prompt_tokens, "prompt_tokens")
+    meter.completion_tokens += _token_count(call.completion_tokens, "completion_tokens")
     meter.model_calls += 1
     meter.calls.append(call)

@@ -209,7 +209,9 @@ class PostgresStore(SQLStore):
             return super().executemany(sql, rows)
         from psycopg2.extras import execute_batch
 
-        cur = conn.raw_cursor()
+        # what is held (BEGIN first) goes before: the batch belongs inside the transaction,
+        # after the writes it follows
+        cur = _send(conn, []) if conn.depth else conn.raw_cursor()
         try:
             execute_batch(cur, self._sql(sql), [tuple(_clean_param(p) for p in r) for r in rows])
         except (UnicodeEncodeError, psycopg2.DataError) as e:
@@ -254,7 +256,14 @@ class PostgresStore(SQLStore):
             yield
             conn.depth = 0
             if conn.held != [b"BEGIN"]:  # a transaction that wrote nothing sends nothing
-                _send(conn, [b"COMMIT"])
+                done = _send(conn, [b"COMMIT"])
+                if done.statusmessage == "ROLLBACK":
+                    # PostgreSQL answers COMMIT of a transaction a failed statement aborted
+                    # with ROLLBACK and no error: a caller that caught that statement's error
+                    # (around a savepoint, say) must not take its writes for stored
+                    raise StoreError(
+                        f"{self.url}: the transaction was rolled back, not committed: a statement "
+                        "in it failed earlier (its error was caught); nothing of it was written")
         except BaseException:
             conn.depth = 0
             begun, conn.held = conn.held[:1] != [b"BEGIN"], []
