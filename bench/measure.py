@@ -68,3 +68,24 @@ def fmt(v: float) -> str:
     if a >= 10:
         return f"{v:.1f}"
     return f"{v:.2f}"
+
+
+def count_round_trips(connection: Any) -> dict:
+    """Make `connection` (psycopg2) count each execute/executemany its cursors send, one round
+    trip each; returns the counter ({"n": ...}) to read and reset."""
+    import psycopg2.extensions
+
+    count = {"n": 0}
+
+    class Counting(psycopg2.extensions.cursor):
+        def execute(self, *a, **k):
+            count["n"] += 1
+            return super().execute(*a, **k)
+
+        def executemany(self, *a, **k):
+            count["n"] += 1
+            return super().executemany(*a, **k)
+
+    connection.cursor_factory = Counting
+    return count
+

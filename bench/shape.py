@@ -14,7 +14,7 @@ import rewind
 
 from bench import synth
 from bench import workload as W
-from bench.measure import Figures, fmt, median
+from bench.measure import Figures, count_round_trips, fmt, median
 
 BIG = 5 << 20
 
@@ -107,26 +107,12 @@ def bench_pg_round_trips(fig: Figures, cfg: dict) -> None:
         fig.na("pg_round_trips", "G8. PostgreSQL round trips per no-edit fork",
                "set REWIND_BENCH_PG_URL (or REWIND_TEST_PG_URL)", "<= 6")
         return
-    import psycopg2.extensions
-
-    count = {"n": 0}
-
-    class Counting(psycopg2.extensions.cursor):
-        def execute(self, *a, **k):
-            count["n"] += 1
-            return super().execute(*a, **k)
-
-        def executemany(self, *a, **k):
-            count["n"] += 1
-            return super().executemany(*a, **k)
-
     rw = rewind.Rewind(url)
     try:
         p = W.make_pipeline("bench8pg")
         root = rw.run(p, {"topic": W.topic(7)}, use_cache=False)
         conn = rw.store.connection
-        raw = getattr(conn, "_conn", conn)
-        raw.cursor_factory = Counting
+        count = count_round_trips(getattr(conn, "_conn", conn))
         for _ in range(3):
             rw.fork(root.id, at=W.FORK_AT)
         counts, times = [], []

@@ -9,34 +9,7 @@ import psycopg2.extensions
 import pytest
 
 import rewind
-from tests.conftest import postgres_base_url
-
-
-@pytest.fixture
-def pg_url():
-    from rewind.store.pg_admin import create_test_database, drop_database
-
-    url = create_test_database(postgres_base_url())
-    try:
-        yield url
-    finally:
-        drop_database(url)
-
-
-def _counting(store) -> dict:
-    count = {"n": 0}
-
-    class Counting(psycopg2.extensions.cursor):
-        def execute(self, *a, **k):
-            count["n"] += 1
-            return super().execute(*a, **k)
-
-        def executemany(self, *a, **k):
-            count["n"] += 1
-            return super().executemany(*a, **k)
-
-    store.connection.cursor_factory = Counting
-    return count
+from bench.measure import count_round_trips
 
 
 def _pipeline():
@@ -64,7 +37,7 @@ def test_a_no_edit_fork_takes_at_most_six_round_trips(pg_url):
         p = _pipeline()
         root = rw.run(p, {"x": 1})
         rw.fork(root.id, at="b")
-        count = _counting(rw.store)
+        count = count_round_trips(rw.store.connection)
         fork = rw.fork(root.id, at="b")
         assert [s.status for s in fork.steps] == ["inherited", "cached", "cached"]
         assert count["n"] <= 6, count
