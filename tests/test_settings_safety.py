@@ -27,6 +27,7 @@ import rewind
 from rewind import Pipeline, action
 from rewind import llm_server
 from test_auth_browser import Capture
+from test_auth_gate import dump
 
 APP = str(Path(__file__).resolve().parents[1] / "app.py")
 SERVER_KEY = "sk-server-DUMMY-" + "s" * 24
@@ -83,15 +84,6 @@ def session(page: str = "settings") -> AppTest:
 def goto(at: AppTest, page: str) -> AppTest:
     at.switch_page(f"pages/{page}.py")
     return ok(at.run())
-
-
-def dump(at: AppTest) -> str:
-    def walk(node):
-        yield node
-        for child in (getattr(node, "children", None) or {}).values():
-            yield from walk(child)
-
-    return "\n".join(str(getattr(n, "proto", "")) for n in walk(at._tree))
 
 
 def metrics(at: AppTest) -> dict:
