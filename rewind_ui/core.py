@@ -159,13 +159,9 @@ def _run_row(r: Any) -> dict:
 def _runs_page(sc: tuple, ver: int, pipeline: Optional[str], status: Optional[str],
                forks_only: bool, search: Optional[str], limit: int, offset: int,
                after: Optional[str] = None) -> list:
-    rw = _handle(*sc)
-    if after:  # keyset: the page after that run, not `offset` rows scanned and dropped
-        runs = rw.list_runs(pipeline=pipeline, status=status, search=search, limit=limit,
-                            after=after, forks_only=forks_only)
-    else:
-        runs = rw.list_runs(pipeline=pipeline, status=status, search=search, limit=limit,
-                            offset=offset, forks_only=forks_only)
+    # keyset (`after`): the page after that run, not `offset` rows scanned and dropped
+    runs = _handle(*sc).list_runs(pipeline=pipeline, status=status, search=search, limit=limit,
+                                  offset=0 if after else offset, after=after, forks_only=forks_only)
     return [_run_row(r) for r in runs]
 
 

@@ -101,7 +101,7 @@ def page_query(last: Optional[tuple], filters: dict, page_size: int, page_no: in
     the previous page under the same filters and size (an index seek however deep the page),
     else by offset. `last` is `page_marker` of the page shown before."""
     offset = (int(page_no) - 1) * int(page_size)
-    if last and last[:3] == (repr(sorted(filters.items())), int(page_size), int(page_no) - 1):
+    if last and last[:3] == (*_listing(filters, page_size), int(page_no) - 1):
         return {"offset": offset, "after": last[3]}
     return {"offset": offset, "after": None}
 
@@ -110,7 +110,12 @@ def page_marker(filters: dict, page_size: int, page_no: int, rows: list) -> Opti
     """What `page_query` needs to continue after this page (None for an empty one)."""
     if not rows:
         return None
-    return (repr(sorted(filters.items())), int(page_size), int(page_no), rows[-1]["id"])
+    return (*_listing(filters, page_size), int(page_no), rows[-1]["id"])
+
+
+def _listing(filters: dict, page_size: int) -> tuple:
+    """Which listing a page belongs to: its filters and page size."""
+    return repr(sorted(filters.items())), int(page_size)
 
 
 def table(rows: list) -> list:
