@@ -113,14 +113,16 @@ class SQLiteStore(SQLStore):
             return conn
         raise AssertionError("unreachable")
 
-    def execute(self, sql: str, params=()):
+    def _note_delete(self, sql: str) -> None:
         if sql.lstrip()[:6].upper() == "DELETE":  # this connection may remove blobs it knew
             self.connection.seen_version = None
+
+    def execute(self, sql: str, params=()):
+        self._note_delete(sql)
         return super().execute(sql, params)
 
     def executemany(self, sql: str, rows) -> None:
-        if sql.lstrip()[:6].upper() == "DELETE":
-            self.connection.seen_version = None
+        self._note_delete(sql)
         try:
             self.connection.cursor().executemany(sql, [tuple(r) for r in rows])
         except UnicodeEncodeError as e:
