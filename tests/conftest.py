@@ -104,19 +104,19 @@ class RecycledDatabase:
     def _empty(self, base_url: str) -> None:
         import psycopg2
 
-        from rewind.store.pg_admin import _admin_connect
+        from rewind.store.pg_admin import _admin_connect, _dbname, _with_dbname
 
         self.uses += 1
-        renamed = _url_with_db(self.url, f"rewind_recycled_{os.getpid()}_{self.uses}")
+        renamed = _with_dbname(self.url, f"rewind_recycled_{os.getpid()}_{self.uses}")
         admin = _admin_connect(base_url)
         try:
             with admin.cursor() as cur:
                 cur.execute("SET statement_timeout = 0")
                 for attempt in range(50):  # a session may reconnect between the two statements
                     cur.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-                                "WHERE datname = %s", (_db_of(self.url),))
+                                "WHERE datname = %s", (_dbname(self.url),))
                     try:
-                        cur.execute(f'ALTER DATABASE "{_db_of(self.url)}" RENAME TO "{_db_of(renamed)}"')
+                        cur.execute(f'ALTER DATABASE "{_dbname(self.url)}" RENAME TO "{_dbname(renamed)}"')
                         break
                     except psycopg2.errors.ObjectInUse:
                         if attempt == 49:
@@ -163,18 +163,6 @@ class RecycledDatabase:
         if self.url is not None:
             drop_database(self.url)
             self.url = None
-
-
-def _db_of(url: str) -> str:
-    from urllib.parse import urlsplit
-
-    return urlsplit(url).path.lstrip("/")
-
-
-def _url_with_db(url: str, db: str) -> str:
-    from urllib.parse import urlsplit, urlunsplit
-
-    return urlunsplit(urlsplit(url)._replace(path="/" + db))
 
 
 def pytest_sessionfinish(session, exitstatus):
