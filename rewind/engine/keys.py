@@ -18,12 +18,12 @@ from typing import Any, Optional
 
 from ..action import DETERMINISTIC, SIDE_EFFECT, TIME_BOUND, Policy, node_params, policy_of
 from ..errors import UnhashableValue
-from .burr_compat import state_values
 from ..fingerprint import changed_units, code_fingerprint, describe_fingerprint
 from ..hashing import (
     canonical_hash, canonical_parts, combine, is_internal_key, join_parts,
     param_hash, sha256_hex, strip_ignored, to_canonical,
 )
+from .burr_compat import state_values
 
 
 def code_of(inner: Any) -> Any:

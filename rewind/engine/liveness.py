@@ -16,6 +16,7 @@ from ..store import HOST, this_process
 
 logger = logging.getLogger("rewind")
 
+
 def owner_fields() -> dict:
     """The run-row columns that say this process owns the run, as of now."""
     pid, started = this_process()
