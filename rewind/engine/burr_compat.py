@@ -8,8 +8,10 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
+from burr.core import State
 from burr.core import application as _app
 from burr.core.application import PRIOR_STEP, SEQUENCE_ID  # noqa: F401  (re-exported)
+from burr.core.typing import DictBasedTypingSystem
 
 
 def state_values(state: Any) -> dict:
@@ -18,6 +20,66 @@ def state_values(state: Any) -> dict:
     Python call each: per-step work that reads two fields should not walk the whole state."""
     values = getattr(state, "_state", None)  # noqa: SLF001 (Burr has no read-only view)
     return values if type(values) is dict else dict(state)
+
+
+# --- stepping without Burr: what `Application.step` does to the state, step by step -----------
+
+def resumed(loaded: dict, override: Optional[dict], entrypoint: str) -> tuple:
+    """(state, start, sequence_id) of the application `ApplicationBuilder().initialize_from(
+    persister, resume_at_next_action=True, default_entrypoint=entrypoint,
+    override_state_values=override, fork_from_...)` builds from what the persister `loaded`."""
+    state = loaded["state"]
+    if override:
+        state = state.update(**override)
+    start = entrypoint
+    if loaded["status"] == "completed":  # Burr goes on at the node after the saved position
+        state = state.update(**{PRIOR_STEP: loaded["position"]})
+    else:  # a failed (or start) state: Burr starts at its position
+        start = loaded["position"]
+        state = state.wipe(delete=[PRIOR_STEP])
+    state = state.with_typing_system(DictBasedTypingSystem())
+    sequence_id = loaded["sequence_id"]
+    if sequence_id is not None:
+        state = State({**state_values(state), SEQUENCE_ID: sequence_id}, state.typing_system)
+    return state, start, sequence_id
+
+
+def next_action(graph: Any, state: Any, entrypoint: str) -> Any:
+    """The action `Application.get_next_action` would run next on `state`."""
+    return graph.get_next_node(state_values(state).get(PRIOR_STEP), state, entrypoint)
+
+
+def numbered(state: Any) -> Any:
+    """`state` as `Application.step` hands it to the action: its sequence id advanced."""
+    values = dict(state_values(state))
+    values[SEQUENCE_ID] = values[SEQUENCE_ID] + 1 if SEQUENCE_ID in values else 0
+    return State(values, state.typing_system)
+
+
+def after_served(state: Any, outputs: dict, writes: list, deleted: list, action: Any) -> Any:
+    """The state Burr holds after a single-step action given `state` returned it with
+    `outputs` written and `deleted` removed (`_run_single_step_action`'s `_state_update`, then
+    the prior step); None where Burr would raise because a declared write is missing."""
+    values = dict(state_values(state))
+    for k, v in outputs.items():
+        if k in writes:
+            values[k] = v
+    for k in deleted:
+        values.pop(k, None)
+    if any(w not in values for w in action.writes):
+        return None
+    values[PRIOR_STEP] = action.name
+    return State(values, state.typing_system)
+
+
+def adapter_set(app: Any) -> Any:
+    """The lifecycle hooks a built application calls (the user's, the persister's)."""
+    return app._adapter_set  # noqa: SLF001 (Burr has no public accessor)
+
+
+def set_state(app: Any, state: Any) -> None:
+    """Put `state` in a built application, as its own step does after an action."""
+    app._set_state(state)  # noqa: SLF001
 
 
 def set_sequence_id(app: Any, sequence_id: int) -> None:

@@ -148,6 +148,7 @@ class ExecutionContext:
         self._last_commit = time.monotonic()
         self._heartbeat_written = time.time()  # the run row is inserted with heartbeat_at = now
         self.current: Optional[StepRecord] = None
+        self.decided: Any = None  # a replay.Visit the stepper decided, for Burr's step to run
         self.last_error: Optional[str] = None
         self._specs: dict = {}
         self._endpoint: Optional[str] = None
@@ -335,6 +336,11 @@ class ExecutionContext:
             self._costly = self._costly or any(_costly(r) for r in rows[self._scanned:])
             self._scanned = len(rows)
         return self._costly
+
+    def take_decided(self, node: str) -> Any:
+        """The visit of `node` the stepper already keyed (then handed to Burr), if any."""
+        visit, self.decided = self.decided, None
+        return visit if visit is not None and visit.record.node == node else None
 
     # node specs ------------------------------------------------------------------------------
     def spec(self, node: str, inner: Any, occurrence: int = 1) -> NodeSpec:

@@ -1,9 +1,9 @@
 """Forking a stored run at a node visit, and finding where a stopped run could go on.
 
-Burr does the forking (`initialize_from(..., fork_from_sequence_id=...)`); this module picks the
-saved state just before the visit, carries the lineage's param changes and edits forward, feeds
-later steps the runtime inputs recorded for them, and checks that Burr really attached the fork
-and would resume at the requested node before anything is written.
+A fork starts from the state Burr's `initialize_from(..., fork_from_sequence_id=...)` would
+load (`burr_compat.resumed`, pinned against Burr). This module picks the saved state just before
+the visit, carries the lineage's param changes and edits forward, feeds later steps the runtime inputs recorded for them, and checks that the state is stored and that
+Burr would resume at the requested node before anything is written.
 """
 
 from __future__ import annotations
@@ -19,11 +19,13 @@ from ..errors import ForkError, InvalidRequest, NotFound
 from ..hashing import canonical_json
 from ..models import Run, RunStatus, StepStatus, normalize_overrides
 from ..store import PARTITION_KEY, pointer_row
+from . import burr_compat
 from .context import ExecutionContext
 from .liveness import Heartbeat, owner_fields
 from .persistence import ThreadRoutedPersister
 from .recorder import steps_from_rows
 from .runner import Halts, base_builder, execute, new_run_id, save_start_state
+from .stepper import Stepper
 
 
 _FINAL = (RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.HALTED)
@@ -175,20 +177,16 @@ def fork_run(store: Any, heartbeat: Heartbeat, pipeline: Any, parent_row: dict, 
         ctx.cache_prefetch = store.cache_get_many(
             [(s.node, ctx.cache_key(s.input_hash)) for s in steps[index:]
              if s.status != StepStatus.FAILED])
+    # the state Burr's `initialize_from(persister, resume_at_next_action=True, fork_from_...,
+    # override_state_values=edit)` would start the fork's application with
     persister = ThreadRoutedPersister(store)
-    builder = base_builder(ctx, fork_id).initialize_from(
-        persister, resume_at_next_action=True, default_state={},
-        default_entrypoint=pipeline.entrypoint, fork_from_app_id=source_app,
-        fork_from_partition_key=PARTITION_KEY, fork_from_sequence_id=source_seq,
-        override_state_values=edit or None,
-    )
     started = time.perf_counter()
-    app = builder.build()
-    pointer = app.parent_pointer
-    if pointer is None or pointer.app_id != source_app or pointer.sequence_id != source_seq:
-        raise ForkError(f"Burr did not attach the fork to run {run_id} (state {source_app}@"
-                        f"{source_seq} not found); nothing was written", run_id=run_id, node=at)
-    nxt = app.get_next_action()
+    loaded = persister.load(PARTITION_KEY, source_app, source_seq)
+    if loaded is None:
+        raise ForkError(f"the state of run {run_id} before {at!r} ({source_app}@{source_seq}) "
+                        "was not found; nothing was written", run_id=run_id, node=at)
+    state, start, _ = burr_compat.resumed(loaded, edit or None, pipeline.entrypoint)
+    nxt = burr_compat.next_action(pipeline.wrapped_graph(), state, start)
     if nxt is None or nxt.name != at:
         resumes = repr(nxt.name) if nxt else "nothing"
         why = (f"run {run_id} stopped before reaching {at!r}; its next node is {resumes}"
@@ -199,7 +197,7 @@ def fork_run(store: Any, heartbeat: Heartbeat, pipeline: Any, parent_row: dict, 
     ctx.loaded(persister.last_loaded_refs)
     if edit:
         ctx.absorb(edit)
-    start_state = {k: v for k, v in app.state.get_all().items() if not k.startswith("__")}
+    start_state = {k: v for k, v in burr_compat.state_values(state).items() if not k.startswith("__")}
 
     inherited_rows = []
     reason = f"inherited from run {run_id}"
@@ -239,7 +237,13 @@ def fork_run(store: Any, heartbeat: Heartbeat, pipeline: Any, parent_row: dict, 
         save_start_state(ctx, fork_id, source_seq, at, start_state)
     # a halted parent (a chat waiting for its next turn): the fork stops where it stopped
     halts = Halts(max_steps=len(steps)) if parent_row["status"] == RunStatus.HALTED else Halts()
-    return execute(ctx, app, heartbeat, started, halts)
+    def build(state: Any, start: str) -> Any:  # the first visit that must execute
+        app = base_builder(ctx, fork_id).with_state(state).with_entrypoint(start).build()
+        burr_compat.set_sequence_id(app, burr_compat.state_values(state)[burr_compat.SEQUENCE_ID])
+        return app
+
+    stepper = Stepper(ctx, state=state, start=start, build=build, persister=persister)
+    return execute(ctx, stepper, heartbeat, started, halts)
 
 
 @dataclasses.dataclass

@@ -79,6 +79,24 @@ def shape_hash(spec: NodeSpec, record: StepRecord) -> str:
     return record.shape_hash
 
 
+class Visit:
+    """One decided visit of a node: served (`outputs` set, from a dry run or the cache) or to
+    be executed (the spec, record and cache entry `_execute` needs)."""
+
+    __slots__ = ("spec", "record", "state", "started", "entry", "expired", "outputs")
+
+    def __init__(self, spec: NodeSpec, record: StepRecord, state: State, started: float):
+        self.spec, self.record, self.state, self.started = spec, record, state, started
+        self.entry: Optional[dict] = None
+        self.expired = False
+        self.outputs: Optional[dict] = None
+
+    def served(self) -> tuple:
+        """(result, full state) of a served visit, as the wrapper returns them to Burr."""
+        return dict(self.outputs), apply_outputs(self.state, self.outputs, self.spec.writes,
+                                                 self.record.deleted)
+
+
 class ReplayAction(SingleStepAction):
     """Wraps one pipeline action: key it, then dry-run, serve from cache, or execute."""
 
@@ -114,7 +132,19 @@ class ReplayAction(SingleStepAction):
         return self._inner.get_source()
 
     def run_and_update(self, state: State, **run_kwargs) -> tuple:
-        ctx, node = self._ctx, self.name
+        ctx = self._ctx
+        visit = ctx.take_decided(self._name)  # decided by the stepper before Burr's step
+        if visit is None:
+            visit = self.decide(ctx, state, run_kwargs)
+        if visit.outputs is not None:
+            return visit.served()
+        return self._execute(ctx, visit.spec, visit.record, visit.state, run_kwargs, visit.entry,
+                             visit.expired, visit.started)
+
+    def decide(self, ctx: ExecutionContext, state: State, run_kwargs: dict) -> "Visit":
+        """Key this visit and serve it if it can be: a dry run of a side effect or a cache hit
+        (`Visit.outputs` set), else what executing it needs (`outputs` None)."""
+        node = self._name
         started = time.perf_counter()
         occurrence = ctx.occurrences[node] + 1
         ctx.occurrences[node] = occurrence
@@ -125,11 +155,9 @@ class ReplayAction(SingleStepAction):
         spec = ctx.spec(node, self._inner, occurrence)
         record = self._key(ctx, spec, state, occurrence, run_kwargs)
         ctx.current = record
-        outputs: Optional[dict] = None
-        entry = None
-        expired = False
+        visit = Visit(spec, record, state, started)
         if spec.policy.determinism == SIDE_EFFECT and ctx.dry_run_side_effects:
-            outputs = self._dry_run(ctx, spec, record)
+            visit.outputs = self._dry_run(ctx, spec, record)
         elif spec.policy.cacheable:
             key = ctx.cache_key(record.input_hash)
             entry = ctx.cache_prefetch.pop((node, key), None)
@@ -140,14 +168,14 @@ class ReplayAction(SingleStepAction):
                     node, key, ctx.cache_key(shape_hash(spec, record)))
             elif entry is None:
                 entry = ctx.store.cache_get(node, key)
+            visit.entry = entry
             if entry is not None and ctx.use_cache:
-                expired = is_expired(spec.policy, entry)
-                if not expired:
-                    outputs = self._serve(ctx, record, entry)
-        if outputs is not None:
+                visit.expired = is_expired(spec.policy, entry)
+                if not visit.expired:
+                    visit.outputs = self._serve(ctx, record, entry)
+        if visit.outputs is not None:
             record.latency_ms = (time.perf_counter() - started) * 1000
-            return dict(outputs), apply_outputs(state, outputs, spec.writes, record.deleted)
-        return self._execute(ctx, spec, record, state, run_kwargs, entry, expired, started)
+        return visit
 
     # --- the four parts of a visit --------------------------------------------------------------
     def _key(self, ctx: ExecutionContext, spec: NodeSpec, state: State, occurrence: int,

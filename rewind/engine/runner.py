@@ -1,7 +1,8 @@
 """Driving a built Burr application step by step, and starting a first run.
 
-`drive` steps the application as Burr's own `iterate` would (halt_before / halt_after, with
-`@tag:` names, and at least one step before any halt), handing each step its runtime inputs.
+`drive` steps the execution as Burr's own `iterate` would (halt_before / halt_after, with
+`@tag:` names, and at least one step before any halt), handing each step its runtime inputs;
+the `Stepper` serves cached visits itself and has Burr step the rest.
 `execute` wraps it: the context is current while Burr runs, and whatever happens the run row
 ends in a final status (completed, halted, failed, or interrupted on KeyboardInterrupt/exit).
 """
@@ -24,7 +25,7 @@ from .context import CURRENT, ExecutionContext
 from .keys import param_hash
 from .liveness import Heartbeat, owner_fields
 from .persistence import ThreadRoutedPersister
-from .recorder import StepRecorder
+from .stepper import Stepper, burr_hooks
 
 MAX_STEPS = 10_000
 
@@ -58,11 +59,11 @@ class Halts:
         return bool(self.before or self.after or self.max_steps is not None)
 
 
-def drive(ctx: ExecutionContext, app: Any, halts: Halts) -> RunStatus:
-    """Step `app` until it ends or halts; the status it stopped with."""
+def drive(ctx: ExecutionContext, stepper: Stepper, halts: Halts) -> RunStatus:
+    """Step the execution until it ends or halts; the status it stopped with."""
     taken = 0
     while True:
-        nxt = app.get_next_action()
+        nxt = stepper.next_action()
         if nxt is None:
             return RunStatus.COMPLETED
         if halts.max_steps is not None and len(ctx.steps) >= halts.max_steps:
@@ -72,7 +73,7 @@ def drive(ctx: ExecutionContext, app: Any, halts: Halts) -> RunStatus:
         if taken >= MAX_STEPS:
             raise RewindError(f"run exceeded {MAX_STEPS} steps; is there a loop with no exit, "
                               "or a chat loop that needs halt_after=[...]?", run_id=ctx.run_id)
-        app.step(inputs=ctx.inputs_for(nxt.name, ctx.occurrences[nxt.name] + 1))
+        stepper.step(nxt, ctx.inputs_for(nxt.name, ctx.occurrences[nxt.name] + 1))
         taken += 1
         if nxt.name in halts.after:
             return RunStatus.HALTED
@@ -80,16 +81,18 @@ def drive(ctx: ExecutionContext, app: Any, halts: Halts) -> RunStatus:
 
 def execute(ctx: ExecutionContext, app: Any, heartbeat: Heartbeat, started: float,
             halts: Optional[Halts] = None) -> Run:
-    """Drive a built application until it stops; finalize the run row."""
+    """Drive an execution (a `Stepper`, or a Burr application or its builder) until it stops;
+    finalize the run row."""
     store = ctx.store
     if isinstance(app, ApplicationBuilder):
         app = app.build()
+    stepper = app if isinstance(app, Stepper) else Stepper(ctx, app=app)
     store.attach_context(ctx.run_id, ctx)
     heartbeat.add(ctx.run_id)
     status, error = RunStatus.COMPLETED, None
     token = CURRENT.set(ctx)
     try:
-        status = drive(ctx, app, halts or Halts())
+        status = drive(ctx, stepper, halts or Halts())
     except CommitError as e:  # the database, not the node: the run is resumable as it stands
         status, error = RunStatus.INTERRUPTED, str(e)
     except Exception as e:
@@ -147,7 +150,7 @@ def base_builder(ctx: ExecutionContext, run_id: str) -> ApplicationBuilder:
     return (
         ApplicationBuilder()
         .with_graph(ctx.pipeline.wrapped_graph())
-        .with_hooks(StepRecorder(ctx))
+        .with_hooks(*burr_hooks(ctx))
         .with_identifiers(app_id=run_id, partition_key=PARTITION_KEY)
         .with_state_persister(ThreadRoutedPersister(ctx.store))
     )
