@@ -8,7 +8,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from burr.core import Action, ApplicationBuilder, ApplicationContext, State
-from burr.core.action import action
+from burr.core.action import SingleStepAction, action
 from burr.core.graph import GraphBuilder
 
 from rewind.engine import burr_compat
@@ -125,3 +125,94 @@ def test_a_state_like_mapping_without_the_dict_is_copied():
         pass
 
     assert burr_compat.state_values(Other(x=1)) == {"x": 1}
+
+
+# --- stepping without Burr: each replica against what Burr itself does ----------------------
+
+class Returns(SingleStepAction):
+    """A single-step action returning a fixed full state, as Rewind's wrapper does on a hit."""
+
+    def __init__(self, reads, writes, returned, seen=None):
+        super().__init__()
+        self._reads, self._writes, self._returned = reads, writes, returned
+        self.seen = seen if seen is not None else []  # shared by the copy Burr's graph holds
+
+    @property
+    def reads(self):
+        return self._reads
+
+    @property
+    def writes(self):
+        return self._writes
+
+    def run_and_update(self, state, **run_kwargs):
+        self.seen.append(state)
+        return dict(self._returned(state)), State(self._returned(state))
+
+
+CASES = {  # (state before, outputs written, deleted)
+    "overwrite": ({"a": 1, "b": 2}, {"b": 3}, []),
+    "new key": ({"a": 1}, {"z": 9, "c": 4}, []),
+    "delete": ({"a": 1, "b": 2, "c": 3}, {"a": 5}, ["c"]),
+    "write then delete": ({"a": 1, "b": 2}, {"b": 7}, ["b"]),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_numbered_and_after_served_are_burrs_step(case):
+    values, outputs, deleted = CASES[case]
+    writes = sorted(set(outputs) - set(deleted))
+
+    def returned(state):
+        full = {**state.get_all(), **outputs}
+        return {k: v for k, v in full.items() if k not in deleted}
+
+    act = Returns(["a"], writes, returned)
+    graph = GraphBuilder().with_actions(act=act).with_transitions(("act", "act")).build()
+    app = ApplicationBuilder().with_graph(graph).with_entrypoint("act").with_state(**values).build()
+    for _ in range(2):  # the first step (no sequence id yet) and a later one
+        before = app.state
+        app.step()
+        handed = burr_compat.numbered(before)
+        assert handed.get_all() == act.seen[-1].get_all()
+        after = burr_compat.after_served(handed, outputs, writes, deleted, graph.actions[0])
+        assert list(after.get_all().items()) == list(app.state.get_all().items())  # order too
+
+
+def test_after_served_refuses_where_burr_raises_for_a_missing_write():
+    act = Returns([], ["w"], lambda state: state.get_all())
+    graph = GraphBuilder().with_actions(act=act).with_transitions(("act", "act")).build()
+    app = ApplicationBuilder().with_graph(graph).with_entrypoint("act").with_state(a=1).build()
+    with pytest.raises(ValueError, match="missing write keys"):
+        app.step()
+    assert burr_compat.after_served(State({"a": 1}), {}, ["w"], [], act) is None
+
+
+@pytest.mark.parametrize("status", ["completed", "failed"])
+@pytest.mark.parametrize("override", [None, {"n": 100}])
+def test_resumed_is_the_state_initialize_from_builds(status, override):
+    from burr.core.persistence import InMemoryPersister
+
+    graph = GraphBuilder().with_actions(bump=bump, other=bump).with_transitions(
+        ("bump", "other"), ("other", "bump")).build()
+    persister = InMemoryPersister()
+    saved = State({"n": 5, burr_compat.PRIOR_STEP: "bump", burr_compat.SEQUENCE_ID: 3})
+    persister.save("p", "src", 3, "bump", saved, status)
+    app = (ApplicationBuilder().with_graph(graph)
+           .initialize_from(persister, resume_at_next_action=True, default_state={},
+                            default_entrypoint="other", fork_from_app_id="src",
+                            fork_from_partition_key="p", fork_from_sequence_id=3,
+                            override_state_values=override)
+           .with_identifiers(app_id="fork", partition_key="p").build())
+    state, start, sequence_id = burr_compat.resumed(persister.load("p", "src", 3), override, "other")
+    assert state.get_all() == app.state.get_all()
+    assert sequence_id == app.sequence_id == 3
+    assert burr_compat.next_action(graph, state, start).name == app.get_next_action().name
+
+
+def test_adapter_set_and_set_state_reach_the_applications_own():
+    app = _app()
+    assert hasattr(burr_compat.adapter_set(app), "call_all_lifecycle_hooks_sync")
+    burr_compat.set_state(app, app.state.update(n=41))
+    app.step()
+    assert app.state["n"] == 42
