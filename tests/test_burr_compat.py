@@ -216,3 +216,21 @@ def test_adapter_set_and_set_state_reach_the_applications_own():
     burr_compat.set_state(app, app.state.update(n=41))
     app.step()
     assert app.state["n"] == 42
+
+
+def test_sync_hooks_are_what_the_adapter_set_calls():
+    from burr.lifecycle import PostRunStepHook
+    from burr.lifecycle.internal import LifecycleAdapterSet
+
+    heard = []
+
+    class Hook(PostRunStepHook):
+        def post_run_step(self, **kwargs):
+            heard.append(kwargs["n"])
+
+    adapters = LifecycleAdapterSet(Hook(), Hook())
+    adapters.call_all_lifecycle_hooks_sync("post_run_step", n=1)
+    for hook in burr_compat.sync_hooks(adapters)["post_run_step"]:
+        hook.post_run_step(n=2)
+    assert heard == [1, 1, 2, 2]
+    assert "pre_run_step" not in burr_compat.sync_hooks(adapters)

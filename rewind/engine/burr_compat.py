@@ -77,6 +77,12 @@ def adapter_set(app: Any) -> Any:
     return app._adapter_set  # noqa: SLF001 (Burr has no public accessor)
 
 
+def sync_hooks(adapters: Any) -> dict:
+    """{hook name: the adapters implementing it, in order} of a `LifecycleAdapterSet`: what
+    its `call_all_lifecycle_hooks_sync(name, ...)` calls."""
+    return adapters.sync_hooks
+
+
 def set_state(app: Any, state: Any) -> None:
     """Put `state` in a built application, as its own step does after an action."""
     app._set_state(state)  # noqa: SLF001

@@ -8,6 +8,7 @@ Burr would resume at the requested node before anything is written.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import json
 import time
@@ -17,7 +18,7 @@ from typing import Any, Callable, Optional
 from .. import serde
 from ..errors import ForkError, InvalidRequest, NotFound
 from ..hashing import canonical_json
-from ..models import Run, RunStatus, StepStatus, normalize_overrides
+from ..models import Run, RunStatus, Step, StepStatus, normalize_overrides
 from ..store import PARTITION_KEY, pointer_row
 from . import burr_compat
 from .context import ExecutionContext
@@ -56,6 +57,23 @@ def parent_trajectory(store: Any, run_row: dict) -> tuple:
             memo.clear()
         memo[key] = got
     return got
+
+
+def inherited_step(s: Step, fork_id: str, index: int, reason: str) -> Step:
+    """A fork's copy of its parent's step `s`, which it inherits at `index`. A shallow copy
+    with the fields that change (what `dataclasses.replace` gives, without its `__init__`), and
+    its own containers: the parsed parent step is shared by later forks."""
+    step = copy.copy(s)
+    step.__dict__.update(
+        status=StepStatus.INHERITED, run_id=fork_id, index=index, tokens=0, prompt_tokens=0,
+        completion_tokens=0, tokens_saved=0, latency_ms=0.0, reason=reason, error=None,
+        source_run=s.run_id if s.status != StepStatus.INHERITED else s.source_run,
+        inherited_cost=s.cost, _inputs=None, _outputs=None,
+        params=dict(s.params), field_hashes=dict(s.field_hashes), input_refs=dict(s.input_refs),
+        output_refs=dict(s.output_refs), runtime_refs=dict(s.runtime_refs),
+        units=dict(s.units), files=dict(s.files), calls=list(s.calls), tools=list(s.tools),
+    )
+    return step
 
 
 def load_steps(store: Any, row: dict) -> list:
@@ -203,16 +221,7 @@ def fork_run(store: Any, heartbeat: Heartbeat, pipeline: Any, parent_row: dict, 
     reason = f"inherited from run {run_id}"
     for i, (raw, s) in enumerate(zip(parent_rows[:index], prior)):
         inherited_rows.append(pointer_row(raw, fork_id, i))
-        ctx.steps.append(dataclasses.replace(
-            s, status=StepStatus.INHERITED, run_id=fork_id, index=i, tokens=0, prompt_tokens=0,
-            completion_tokens=0, tokens_saved=0, latency_ms=0.0, reason=reason, error=None,
-            source_run=s.run_id if s.status != StepStatus.INHERITED else s.source_run,
-            inherited_cost=s.cost, _inputs=None, _outputs=None,
-            # its own containers: the parsed parent step is shared by later forks
-            params=dict(s.params), field_hashes=dict(s.field_hashes), input_refs=dict(s.input_refs),
-            output_refs=dict(s.output_refs), runtime_refs=dict(s.runtime_refs),
-            units=dict(s.units), files=dict(s.files), calls=list(s.calls), tools=list(s.tools),
-        ))
+        ctx.steps.append(inherited_step(s, fork_id, i, reason))
     ctx.occurrences.update(s.node for s in ctx.steps)
     row = {
         "id": fork_id, "pipeline": pipeline.name, "status": str(RunStatus.RUNNING),

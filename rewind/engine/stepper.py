@@ -123,16 +123,19 @@ class Stepper:
               result: Optional[dict], exception: Optional[Exception]) -> None:
         """The hooks of one step, as `Application.step` calls them: `current` is the state
         before the step, `before` the one the action is handed (its sequence id advanced)."""
-        hooks = self.hooks()
+        hooks = burr_compat.sync_hooks(self.hooks())  # {hook name: adapters}, as Burr calls them
         ids = {"app_id": self.ctx.run_id, "partition_key": PARTITION_KEY}
         sequence_id = burr_compat.state_values(before)[burr_compat.SEQUENCE_ID]
-        call = hooks.call_all_lifecycle_hooks_sync
-        call("pre_run_execute_call", state=current, method=ExecuteMethod.step, **ids)
-        call("pre_run_step", action=action, state=before, inputs=inputs, sequence_id=sequence_id,
-             **ids)
+        for hook in hooks.get("pre_run_execute_call", ()):
+            hook.pre_run_execute_call(state=current, method=ExecuteMethod.step, **ids)
+        for hook in hooks.get("pre_run_step", ()):
+            hook.pre_run_step(action=action, state=before, inputs=inputs, sequence_id=sequence_id,
+                              **ids)
         try:
-            call("post_run_step", action=action, state=after, result=result,
-                 sequence_id=sequence_id, exception=exception, **ids)
+            for hook in hooks.get("post_run_step", ()):
+                hook.post_run_step(action=action, state=after, result=result,
+                                   sequence_id=sequence_id, exception=exception, **ids)
         finally:  # Burr passes no exception to this one (its wrapper never sets it)
-            call("post_run_execute_call", state=after, method=ExecuteMethod.step,
-                 exception=None, **ids)
+            for hook in hooks.get("post_run_execute_call", ()):
+                hook.post_run_execute_call(state=after, method=ExecuteMethod.step,
+                                           exception=None, **ids)

@@ -22,6 +22,8 @@ _SELECT = f"SELECT {', '.join(CACHE_COLUMNS)} FROM cache"
 _KEYS_PER_QUERY = 200
 _STAT_COLS = ("entries", "hits", "tool_entries", "tool_hits", "blobs", "blob_bytes")
 _STAT_FOLD = 500  # cache_stat rows read before they are folded into one
+# how the hit counter's UPDATE starts: it changes no field a hit is served from
+COUNT_HITS_SQL = "UPDATE cache SET hits = hits + v.column3 FROM (VALUES "
 
 
 class SQLCache(SQLBase, CacheStore):
@@ -84,7 +86,7 @@ class SQLCache(SQLBase, CacheStore):
             chunk = items[i : i + _KEYS_PER_QUERY]
             values = ", ".join(["(?, ?, ?)"] * len(chunk))
             self.execute_write(
-                f"UPDATE cache SET hits = hits + v.column3 FROM (VALUES {values}) AS v "
+                f"{COUNT_HITS_SQL}{values}) AS v "
                 "WHERE cache.node = v.column1 AND cache.input_hash = v.column2",
                 [x for (node, ih), n in chunk for x in (node, ih, n)],
             )

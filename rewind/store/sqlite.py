@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import re
 import sqlite3
 import time
 from typing import Iterator, Optional
@@ -20,6 +21,7 @@ from burr.core.persistence import SQLitePersister
 
 from ..errors import StoreError
 from .burr_state import BlobRefPersisterMixin
+from .cache import COUNT_HITS_SQL
 from .schema import BURR_TABLE, SEARCH_COLUMNS
 from .sql import invalid_unicode
 from .sqlstore import SQLStore
@@ -55,6 +57,12 @@ def _not_writable(path: str) -> Optional[str]:
     if not os.access(folder, os.W_OK | os.X_OK):
         return f"the folder {folder} is not writable"
     return None
+
+
+# a statement that writes the `cache` table (not `cache_stat`, `tool_cache` or a column named
+# `use_cache`)
+_WRITES_CACHE = re.compile(r"\b(?:INTO|UPDATE|FROM)\s+cache\b", re.IGNORECASE)
+_CACHE_ENTRIES_KNOWN = 4_096  # entries a connection remembers between forks
 
 
 class SQLiteStore(SQLStore):
@@ -113,16 +121,23 @@ class SQLiteStore(SQLStore):
             return conn
         raise AssertionError("unreachable")
 
-    def _note_delete(self, sql: str) -> None:
-        if sql.lstrip()[:6].upper() == "DELETE":  # this connection may remove blobs it knew
-            self.connection.seen_version = None
+    def _note_write(self, sql: str) -> None:
+        head = sql.lstrip()[:6].upper()
+        if head == "SELECT" or head == "PRAGMA":
+            return
+        conn = self.connection
+        if head == "DELETE":  # this connection may remove blobs it knew
+            conn.seen_version = None
+        if conn.cache_entries and (head == "DELETE" or (
+                _WRITES_CACHE.search(sql) and not sql.startswith(COUNT_HITS_SQL))):
+            conn.cache_entries.clear()  # this connection changed (or removed) cache entries
 
     def execute(self, sql: str, params=()):
-        self._note_delete(sql)
+        self._note_write(sql)
         return super().execute(sql, params)
 
     def executemany(self, sql: str, rows) -> None:
-        self._note_delete(sql)
+        self._note_write(sql)
         try:
             self.connection.cursor().executemany(sql, [tuple(r) for r in rows])
         except UnicodeEncodeError as e:
@@ -136,6 +151,28 @@ class SQLiteStore(SQLStore):
         version = conn.execute("PRAGMA data_version").fetchone()[0]
         seen, conn.seen_version = conn.seen_version, version
         return version != seen
+
+    def cache_get_many(self, keys) -> dict:
+        """As `SQLCache.cache_get_many`, from the entries this connection read before while no
+        other connection has committed since (`PRAGMA data_version`) and this one changed no
+        entry (`_note_write`): a fork reads the entries its parent's last fork read."""
+        conn = self.connection
+        if conn.depth:  # inside a transaction: what it wrote so far counts
+            return super().cache_get_many(keys)
+        version = conn.execute("PRAGMA data_version").fetchone()[0]
+        known = conn.cache_entries
+        if version != conn.cache_version:
+            known.clear()
+            conn.cache_version = version
+        keys = list(dict.fromkeys(tuple(k) for k in keys if k[1]))
+        missing = [k for k in keys if k not in known]
+        if missing:
+            if len(known) + len(missing) > _CACHE_ENTRIES_KNOWN:
+                known.clear()
+            got = super().cache_get_many(missing)
+            for k in missing:
+                known[k] = got.get(k)  # None: known to have no entry
+        return {k: dict(known[k]) for k in keys if known[k] is not None}
 
     def _make_persister(self, connection):
         return BlobRefSQLitePersister(self, connection)
@@ -259,6 +296,8 @@ class _Conn:
         self._conn = conn
         self.depth = 0
         self.seen_version = None  # PRAGMA data_version at this connection's last write
+        self.cache_entries: dict = {}  # (node, input_hash) -> entry or None, as last read
+        self.cache_version = None  # PRAGMA data_version when cache_entries was read
 
     def __getattr__(self, name):
         return getattr(self._conn, name)

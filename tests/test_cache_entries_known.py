@@ -1,0 +1,73 @@
+"""A SQLite connection remembers the cache entries it read between forks (issue 16), and never
+serves one another connection, or itself, has changed or removed since.
+
+The memory is only good while `PRAGMA data_version` says no other connection committed and this
+connection wrote no cache entry: each test below breaks one of those and checks that the next
+fork reads the cache again (a served stale entry would show as `cached` with the old output).
+"""
+
+import time
+
+from rewind import Rewind
+from tests import shapes
+
+
+def _first_run(path):
+    rw = Rewind(path)
+    run = rw.run(shapes.linear(), {"topic": "wasps"})
+    fork = rw.fork(run.id, at="plan")  # reads (and remembers) every entry of the trajectory
+    assert [s.status for s in fork.steps][:4] == ["cached"] * 4
+    return rw, run
+
+
+def test_an_entry_another_connection_purged_is_not_served(tmp_path):
+    path = str(tmp_path / "r.db")
+    rw, run = _first_run(path)
+    other = Rewind(path)
+    assert other.purge_cache(older_than_days=0) > 0  # every entry, from another connection
+    other.close()
+    shapes.CALLS.clear()
+    fork = rw.fork(run.id, at="plan")
+    assert [s.status for s in fork.steps][:4] == ["executed"] * 4
+    assert shapes.CALLS[:4] == ["plan", "draft", "polish", "stats"]
+    rw.close()
+
+
+def test_an_entry_this_connection_purged_is_not_served(tmp_path):
+    rw, run = _first_run(str(tmp_path / "r.db"))
+    assert rw.purge_cache(older_than_days=0) > 0
+    shapes.CALLS.clear()
+    fork = rw.fork(run.id, at="plan")
+    assert [s.status for s in fork.steps][:4] == ["executed"] * 4
+    rw.close()
+
+
+def test_an_entry_another_connection_replaced_is_served_as_replaced(tmp_path):
+    path = str(tmp_path / "r.db")
+    rw, run = _first_run(path)
+    other = Rewind(path)
+    # the other connection re-keys the plan entry's outputs to those of the draft step
+    store = other.store
+    plan_key = (run.steps[0].node, run.steps[0].input_hash)
+    entry = store.cache_get_many([plan_key])[plan_key]
+    draft = run.steps[1]
+    with store.transaction():
+        store.cache_put({**entry, "output_hash": draft.output_hash,
+                         "outputs": '{"plan": "%s"}' % draft.output_refs["draft"],
+                         "cached_at": time.time()})
+    other.close()
+    fork = rw.fork(run.id, at="plan")
+    assert fork.steps[0].status == "cached"
+    assert fork.steps[0].output_hash == draft.output_hash  # the entry as it is now
+    rw.close()
+
+
+def test_remembered_entries_save_the_read(tmp_path):
+    """What it is for: the second fork of a run reads no cache entry from the database."""
+    rw, run = _first_run(str(tmp_path / "r.db"))
+    seen = []
+    rw.store.connection.set_trace_callback(seen.append)
+    rw.fork(run.id, at="plan")
+    rw.store.connection.set_trace_callback(None)
+    assert not [s for s in seen if s.lstrip().startswith("SELECT") and "FROM cache" in s]
+    rw.close()
