@@ -214,7 +214,11 @@ def test_the_index_follows_insert_update_delete_gc_and_import(rw, db_url, tmp_pa
 
 
 def integrity_check(path: str) -> None:
-    """FTS5's own check that the index holds exactly the rows' text (external content)."""
+    """FTS5's own check that the index holds exactly the rows' text (external content), once
+    the runs waiting for their batch (schema version 7) are indexed."""
+    store = open_store(path)
+    store.index_pending_runs()
+    store.close()
     conn = sqlite3.connect(path)
     try:
         conn.execute("INSERT INTO runs_search(runs_search, rank) VALUES ('integrity-check', 1)")
@@ -247,9 +251,10 @@ def _to_version_4(rw: Rewind) -> None:
         if is_pg(rw):
             store.execute("DROP INDEX runs_search")
         else:
-            for t in ("insert", "delete", "update"):
-                store.execute(f"DROP TRIGGER runs_search_{t}")
+            for t in ("insert", "delete", "update", "batch"):
+                store.execute(f"DROP TRIGGER IF EXISTS runs_search_{t}")
             store.execute("DROP TABLE runs_search")
+            store.execute("DROP TABLE IF EXISTS runs_search_mark")
         store.execute("UPDATE schema_version SET version = 4")
 
 
@@ -393,6 +398,7 @@ def test_a_common_search_scans_with_the_same_results(tmp_path, monkeypatch):
 
     rw = Rewind(str(tmp_path / "common.db"))
     insert(rw, ROWS)
+    rw.store.index_pending_runs()  # the plan is chosen by what the index holds
     want = {q: found(rw, q) for q in QUERIES}
     plan = lambda q: " ".join(str(r[-1]) for r in rw.store.query(
         "EXPLAIN QUERY PLAN SELECT COUNT(*) FROM runs" + rw.store._run_filters(search=q)[0],
@@ -403,3 +409,86 @@ def test_a_common_search_scans_with_the_same_results(tmp_path, monkeypatch):
     assert "runs_search" not in plan("hello") and "runs_search" in plan("no such text anywhere")
     assert {q: found(rw, q) for q in QUERIES} == want
     rw.close()
+
+
+# --- schema version 7: new runs join the index in batches ------------------------------------
+def _indexed(path: str) -> tuple:
+    """(runs in the index, the mark) of a SQLite database, read with no Rewind in between."""
+    conn = sqlite3.connect(path)
+    try:
+        # (COUNT(*) of an external-content table counts the runs: ask for a trigram every
+        # test run's pipeline has)
+        held = conn.execute("SELECT COUNT(*) FROM runs_search WHERE runs_search MATCH '\"pip\"'").fetchone()[0]
+        mark = conn.execute("SELECT indexed_through FROM runs_search_mark").fetchone()[0]
+        return held, mark
+    finally:
+        conn.close()
+
+
+def _fts_integrity(path: str) -> None:
+    """FTS5's check with no flush first: the index must hold exactly the runs."""
+    conn = sqlite3.connect(path)
+    try:
+        conn.execute("INSERT INTO runs_search(runs_search, rank) VALUES ('integrity-check', 1)")
+    finally:
+        conn.close()
+
+
+def _one_by_one(rw: Rewind, rows: list, t0: float = 2_000_000.0) -> None:
+    for i, (rid, summary, pipeline) in enumerate(rows):
+        with rw.store.transaction():  # a commit per run, as runs and forks are written
+            rw.store.insert_run({"id": rid, "pipeline": pipeline, "status": "completed",
+                                 "created_at": t0 + i, "finished_at": t0 + i + 1, "summary": summary})
+
+
+def test_runs_waiting_for_their_batch_are_found(tmp_path):
+    from rewind.store.sqlite import SEARCH_BATCH
+
+    path = str(tmp_path / "batch.db")
+    rw = Rewind(path)
+    rows = [(f"w{i:04d}", f"waiting {i} zebra" if i % 10 == 3 else f"other {i}", "pipe")
+            for i in range(SEARCH_BATCH - 6)]
+    _one_by_one(rw, rows)
+    assert _indexed(path) == (0, 0)  # none indexed yet: every one is searched by rowid
+    assert found(rw, "zebra") == {r[0] for r in rows if "zebra" in r[1]}
+    assert found(rw, "w0011") == {"w0011"}
+    rw.close()
+
+
+def test_the_batch_is_indexed_by_the_insert_that_fills_it(tmp_path):
+    from rewind.store.sqlite import SEARCH_BATCH
+
+    path = str(tmp_path / "batch.db")
+    rw = Rewind(path)
+    rows = [(f"b{i:04d}", f"run {i} {'giraffe' if i % 7 == 0 else ''}", "pipe")
+            for i in range(SEARCH_BATCH + 40)]
+    _one_by_one(rw, rows[:SEARCH_BATCH])
+    assert _indexed(path) == (SEARCH_BATCH, SEARCH_BATCH)
+    _fts_integrity(path)  # the trigger's batch, with no flush
+    _one_by_one(rw, rows[SEARCH_BATCH:], t0=3_000_000.0)
+    assert _indexed(path) == (SEARCH_BATCH, SEARCH_BATCH)
+    assert found(rw, "giraffe") == {r[0] for r in rows if "giraffe" in r[1]}
+    # an update and a delete of a waiting run leave the index alone; of an indexed one, keep it
+    rw.store.update_run(rows[-1][0], summary="renamed okapi")
+    rw.store.update_run(rows[0][0], summary="renamed okapi too")
+    rw.store.delete_runs([rows[-2][0], rows[1][0]])
+    assert found(rw, "okapi") == {rows[-1][0], rows[0][0]}
+    rw.close()
+    integrity_check(path)
+
+
+def test_a_reused_rowid_is_indexed_at_once(tmp_path):
+    """After the newest run is deleted, SQLite gives its rowid to the next run: below the mark,
+    so it must be indexed at once or no search would see it."""
+    from rewind.store.sqlite import SEARCH_BATCH
+
+    path = str(tmp_path / "reuse.db")
+    rw = Rewind(path)
+    rows = [(f"r{i:04d}", f"run {i}", "pipe") for i in range(SEARCH_BATCH)]
+    _one_by_one(rw, rows)
+    rw.store.delete_runs([rows[-1][0]])
+    _one_by_one(rw, [("newcomer", "a pangolin", "pipe")], t0=4_000_000.0)
+    assert rw.store.query("SELECT rowid FROM runs WHERE id = 'newcomer'")[0][0] <= _indexed(path)[1]
+    assert found(rw, "pangolin") == {"newcomer"}
+    rw.close()
+    _fts_integrity(path)

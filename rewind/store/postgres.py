@@ -311,6 +311,10 @@ class PostgresStore(SQLStore):
                 "role that may: CREATE EXTENSION pg_trgm; CREATE INDEX %s ON runs USING gin ((%s) "
                 "gin_trgm_ops)", self.url, first, SEARCH_INDEX, SEARCH_TEXT)
 
+    def _batch_search_index(self) -> None:
+        """Schema version 7 batches SQLite's index inserts; GIN's pending list (above) already
+        batches PostgreSQL's."""
+
     def _search_prefilter(self, text: str):
         # the joined columns hold every substring any one of them holds (and a few more, across
         # a seam): the index narrows, the LIKE on each column decides. A search shorter than a

@@ -28,6 +28,11 @@ from .sqlstore import SQLStore
 
 BUSY_TIMEOUT_MS = 30_000
 SEARCH_TABLE = "runs_search"  # FTS5 over the runs' SEARCH_COLUMNS (schema version 5)
+SEARCH_MARK = "runs_search_mark"  # the rowid the index holds every run through (version 7)
+# New runs are indexed this many at a time, in one statement (schema version 7): an FTS5 insert
+# writes a segment per transaction, ~60 us a run one by one; a search scans the runs not yet
+# indexed (fewer than this, by rowid) beside the index
+SEARCH_BATCH = 256
 TRIGRAM = 3  # a search shorter than this has no trigram: it scans (LIKE over every run)
 MAX_TRIGRAMS = 16  # of a longer search, the trigrams asked of the index (spread over it)
 # Past this many rows holding the trigrams, a search scans instead: its matches are common, so
@@ -244,6 +249,52 @@ class SQLiteStore(SQLStore):
             self.execute(f"CREATE TRIGGER IF NOT EXISTS {t}_{name} AFTER {event} ON runs BEGIN {body} END")
         self.execute(f"INSERT INTO {t}({t}) VALUES ('rebuild')")
 
+    def _batch_search_index(self) -> None:
+        """New runs join the search index SEARCH_BATCH at a time (schema version 7), all by
+        triggers, so every writer keeps it: `runs_search_mark` holds the rowid the index holds
+        every run through. A run inserted past it waits for the batch (searches scan those by
+        rowid); the insert that puts SEARCH_BATCH runs past it indexes them all and moves it.
+        An insert at or below it (a rowid reused after the newest run was deleted) is indexed
+        at once; updates and deletes touch the index only for runs it holds."""
+        if not self._has_search_index():
+            return  # no FTS5 here: searches scan
+        cols = ", ".join(SEARCH_COLUMNS)
+        new = ", ".join(f"NEW.{c}" for c in SEARCH_COLUMNS)
+        old = ", ".join(f"OLD.{c}" for c in SEARCH_COLUMNS)
+        t, mark = SEARCH_TABLE, f"(SELECT indexed_through FROM {SEARCH_MARK})"
+        self.execute(f"CREATE TABLE IF NOT EXISTS {SEARCH_MARK} (indexed_through INTEGER NOT NULL)")
+        self.execute(f"DELETE FROM {SEARCH_MARK}")
+        # version 5 indexed every run there: the mark starts at the newest
+        self.execute(f"INSERT INTO {SEARCH_MARK} SELECT COALESCE(MAX(rowid), 0) FROM runs")
+        for name in ("insert", "delete", "update", "batch"):
+            self.execute(f"DROP TRIGGER IF EXISTS {t}_{name}")
+        for name, event, when, body in (
+            # one trigger for both cases of an insert, so neither sees the mark the other moved
+            ("insert", "INSERT", f"NEW.rowid <= {mark} OR NEW.rowid - {mark} >= {SEARCH_BATCH}",
+             f"INSERT INTO {t}(rowid, {cols}) SELECT NEW.rowid, {new} WHERE NEW.rowid <= {mark}; "
+             f"INSERT INTO {t}(rowid, {cols}) SELECT rowid, {cols} FROM runs "
+             f"WHERE NEW.rowid > {mark} AND rowid > {mark}; "
+             f"UPDATE {SEARCH_MARK} SET indexed_through = (SELECT MAX(rowid) FROM runs) "
+             f"WHERE NEW.rowid > indexed_through;"),
+            ("delete", "DELETE", f"OLD.rowid <= {mark}",
+             f"INSERT INTO {t}({t}, rowid, {cols}) VALUES ('delete', OLD.rowid, {old});"),
+            # heartbeats and status changes leave the index alone
+            ("update", f"UPDATE OF {cols}", f"OLD.rowid <= {mark}",
+             f"INSERT INTO {t}({t}, rowid, {cols}) VALUES ('delete', OLD.rowid, {old}); "
+             f"INSERT INTO {t}(rowid, {cols}) VALUES (NEW.rowid, {new});"),
+        ):
+            self.execute(f"CREATE TRIGGER {t}_{name} AFTER {event} ON runs WHEN {when} "
+                         f"BEGIN {body} END")
+
+    def index_pending_runs(self) -> None:
+        """Index the runs still waiting for their batch now (FTS5's integrity-check compares
+        the index with every run)."""
+        if self._has_search_index() and self._table_exists(SEARCH_MARK):
+            with self.transaction():
+                for statement in _INDEX_PENDING.split(";"):
+                    if statement.strip():
+                        self.execute(statement)
+
     def _search_prefilter(self, text: str):
         # rows holding every trigram of the search (at most MAX_TRIGRAMS of them, spread from
         # its first to its last: fewer only widens the superset); each a quoted string, so
@@ -256,7 +307,11 @@ class SQLiteStore(SQLStore):
             grams = [grams[round(k * step)] for k in range(MAX_TRIGRAMS)]
         query = " AND ".join('"' + g.replace('"', '""') + '"' for g in grams)
         probe = f"SELECT rowid FROM {SEARCH_TABLE} WHERE {SEARCH_TABLE} MATCH ?"
-        return (f"rowid IN ({probe})", [query]) if self._selective(probe, query) else None
+        if not self._selective(probe, query):
+            return None
+        # the runs the index holds that have the trigrams, and the newest not indexed yet
+        return (f"(rowid IN ({probe}) OR rowid > (SELECT indexed_through FROM {SEARCH_MARK}))",
+                [query])
 
     def _selective(self, probe: str, query: str) -> bool:
         # kept a while per search: a page and its count ask the same, and a stale answer only
@@ -287,6 +342,14 @@ class SQLiteStore(SQLStore):
             with contextlib.suppress(OSError):
                 total += os.path.getsize(self.path + suffix)
         return total
+
+
+_COLS = ", ".join(SEARCH_COLUMNS)
+# index every run past the mark, then move the mark to the newest run
+_INDEX_PENDING = (
+    f"INSERT INTO {SEARCH_TABLE}(rowid, {_COLS}) SELECT rowid, {_COLS} FROM runs WHERE rowid > "
+    f"(SELECT indexed_through FROM {SEARCH_MARK}); "
+    f"UPDATE {SEARCH_MARK} SET indexed_through = (SELECT COALESCE(MAX(rowid), 0) FROM runs);")
 
 
 class _Conn:
