@@ -192,7 +192,7 @@ def fork_run(store: Any, heartbeat: Heartbeat, pipeline: Any, parent_row: dict, 
     if inputs is not None:
         ctx.replay_inputs[(at, occurrence)] = {**ctx.replay_inputs.get((at, occurrence), {}), **inputs}
     if use_cache:
-        ctx.cache_prefetch = store.cache_get_many(
+        ctx.cache_prefetch = store.cache_prefetch(
             [(s.node, ctx.cache_key(s.input_hash)) for s in steps[index:]
              if s.status != StepStatus.FAILED])
     # the state Burr's `initialize_from(persister, resume_at_next_action=True, fork_from_...,

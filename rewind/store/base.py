@@ -128,6 +128,9 @@ class CacheStore(abc.ABC):
     def cache_get_many(self, keys: Sequence[tuple]) -> dict: ...
 
     @abc.abstractmethod
+    def cache_prefetch(self, keys: Sequence[tuple]) -> dict: ...
+
+    @abc.abstractmethod
     def cache_put(self, row: dict, keep_existing: bool = False) -> None: ...
 
     @abc.abstractmethod

@@ -160,12 +160,17 @@ class BlobRefPersisterMixin:
             store.put_blobs(blobs)
             store.insert_state_rows([row])
 
+    def _stored(self, partition_key, app_id, sequence_id=None, **kwargs):
+        """The row as Burr's own persister reads it (refs, not values)."""
+        return super().load(partition_key, app_id, sequence_id, **kwargs)
+
     def load(self, partition_key, app_id, sequence_id=None, **kwargs):
         from burr.core import State
 
-        result = super().load(partition_key, app_id, sequence_id, **kwargs)
+        result = self._stored(partition_key, app_id, sequence_id, **kwargs)
         if result is None:
             return None
+        result = dict(result)  # the row as Burr reads it may be remembered: never changed
         raw = self.rewind_store.resolve_state_doc(
             result["state"].get_all(), result["position"], result["sequence_id"])
         refs = raw.get(REFS_KEY, {})

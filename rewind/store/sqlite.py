@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import re
 import sqlite3
 import time
 from typing import Iterator, Optional
@@ -53,6 +52,13 @@ class BlobRefSQLitePersister(BlobRefPersisterMixin, SQLitePersister):
     def __del__(self):
         pass  # the store owns and closes the connection
 
+    def _stored(self, partition_key, app_id, sequence_id=None, **kwargs):
+        if sequence_id is None or kwargs:  # "the newest" changes as states are added
+            return super()._stored(partition_key, app_id, sequence_id, **kwargs)
+        return self.rewind_store._remembered(
+            ("state", partition_key, app_id, sequence_id),
+            lambda: super(BlobRefSQLitePersister, self)._stored(partition_key, app_id, sequence_id))
+
 
 def _not_writable(path: str) -> Optional[str]:
     """Why this process cannot write the database at `path` (None if it can)."""
@@ -64,10 +70,12 @@ def _not_writable(path: str) -> Optional[str]:
     return None
 
 
-# a statement that writes the `cache` table (not `cache_stat`, `tool_cache` or a column named
-# `use_cache`)
-_WRITES_CACHE = re.compile(r"\b(?:INTO|UPDATE|FROM)\s+cache\b", re.IGNORECASE)
-_CACHE_ENTRIES_KNOWN = 4_096  # entries a connection remembers between forks
+# Writes that change no row a connection remembers (`_remembered`): new step, state, blob and
+# run rows (plain INSERTs: a conflict fails them), and the hit counter, which changes no field
+# a hit is served from. Anything else this connection writes makes it forget.
+_ADDS_ROWS = ("INSERT INTO nodes ", "INSERT INTO burr_state ", "INSERT INTO runs ",
+              "INSERT INTO blobs ", COUNT_HITS_SQL)
+_ROWS_KNOWN = 4_096  # reads a connection remembers
 
 
 class SQLiteStore(SQLStore):
@@ -127,15 +135,33 @@ class SQLiteStore(SQLStore):
         raise AssertionError("unreachable")
 
     def _note_write(self, sql: str) -> None:
-        head = sql.lstrip()[:6].upper()
+        head = sql[:6].upper()
         if head == "SELECT" or head == "PRAGMA":
             return
         conn = self.connection
         if head == "DELETE":  # this connection may remove blobs it knew
             conn.seen_version = None
-        if conn.cache_entries and (head == "DELETE" or (
-                _WRITES_CACHE.search(sql) and not sql.startswith(COUNT_HITS_SQL))):
-            conn.cache_entries.clear()  # this connection changed (or removed) cache entries
+        if conn.known and not sql.startswith(_ADDS_ROWS):
+            conn.known.clear()  # this connection may have changed a row it remembers
+
+    def _remembered(self, key: tuple, read):
+        """`read()`, or what it returned before on this connection while no other connection
+        has committed since (`PRAGMA data_version`) and this one only added rows (`_note_write`):
+        a fork reads the run, states and cache entries its parent's last fork read."""
+        conn = self.connection
+        if conn.depth:  # inside a transaction: what it wrote so far counts
+            return read()
+        version = conn.execute("PRAGMA data_version").fetchone()[0]
+        known = conn.known
+        if version != conn.known_version:
+            known.clear()
+            conn.known_version = version
+        if key in known:
+            return known[key]
+        if len(known) >= _ROWS_KNOWN:
+            known.clear()
+        got = known[key] = read()
+        return got
 
     def execute(self, sql: str, params=()):
         self._note_write(sql)
@@ -157,27 +183,16 @@ class SQLiteStore(SQLStore):
         seen, conn.seen_version = conn.seen_version, version
         return version != seen
 
-    def cache_get_many(self, keys) -> dict:
-        """As `SQLCache.cache_get_many`, from the entries this connection read before while no
-        other connection has committed since (`PRAGMA data_version`) and this one changed no
-        entry (`_note_write`): a fork reads the entries its parent's last fork read."""
-        conn = self.connection
-        if conn.depth:  # inside a transaction: what it wrote so far counts
-            return super().cache_get_many(keys)
-        version = conn.execute("PRAGMA data_version").fetchone()[0]
-        known = conn.cache_entries
-        if version != conn.cache_version:
-            known.clear()
-            conn.cache_version = version
-        keys = list(dict.fromkeys(tuple(k) for k in keys if k[1]))
-        missing = [k for k in keys if k not in known]
-        if missing:
-            if len(known) + len(missing) > _CACHE_ENTRIES_KNOWN:
-                known.clear()
-            got = super().cache_get_many(missing)
-            for k in missing:
-                known[k] = got.get(k)  # None: known to have no entry
-        return {k: dict(known[k]) for k in keys if known[k] is not None}
+    def cache_prefetch(self, keys) -> dict:
+        """`cache_get_many`, remembered (`_remembered`): exact but for the hit counts this
+        connection added since it read them."""
+        keys = tuple(dict.fromkeys(tuple(k) for k in keys if k[1]))
+        got = self._remembered(("cache", keys), lambda: self.cache_get_many(keys))
+        return {k: dict(v) for k, v in got.items()}
+
+    def get_run_row(self, run_id: str):
+        row = self._remembered(("run", run_id), lambda: super(SQLiteStore, self).get_run_row(run_id))
+        return dict(row) if row is not None else None
 
     def _make_persister(self, connection):
         return BlobRefSQLitePersister(self, connection)
@@ -359,8 +374,8 @@ class _Conn:
         self._conn = conn
         self.depth = 0
         self.seen_version = None  # PRAGMA data_version at this connection's last write
-        self.cache_entries: dict = {}  # (node, input_hash) -> entry or None, as last read
-        self.cache_version = None  # PRAGMA data_version when cache_entries was read
+        self.known: dict = {}  # what reads returned (SQLiteStore._remembered)
+        self.known_version = None  # PRAGMA data_version when `known` was read
 
     def __getattr__(self, name):
         return getattr(self._conn, name)

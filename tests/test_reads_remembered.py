@@ -1,14 +1,19 @@
-"""A SQLite connection remembers the cache entries it read between forks (issue 16), and never
-serves one another connection, or itself, has changed or removed since.
+"""A SQLite connection remembers what a fork reads (the parent's run row, the saved state it
+starts from, the cache entries it serves) between forks (issue 16), and never answers with a
+row another connection, or itself, has changed or removed since.
 
 The memory is only good while `PRAGMA data_version` says no other connection committed and this
-connection wrote no cache entry: each test below breaks one of those and checks that the next
-fork reads the cache again (a served stale entry would show as `cached` with the old output).
+connection only added rows: each test below breaks one of those and checks that the next fork
+reads again (a stale cache entry would show as `cached` with the old output, a stale run row
+as the old summary, a stale state as a fork from a state that is gone).
 """
 
 import time
 
+import pytest
+
 from rewind import Rewind
+from rewind.errors import ForkError
 from tests import shapes
 
 
@@ -70,4 +75,30 @@ def test_remembered_entries_save_the_read(tmp_path):
     rw.fork(run.id, at="plan")
     rw.store.connection.set_trace_callback(None)
     assert not [s for s in seen if s.lstrip().startswith("SELECT") and "FROM cache" in s]
+    rw.close()
+
+
+def test_a_run_row_changed_by_either_connection_is_read_again(tmp_path):
+    """The parent's row is remembered too: a fork copies its summary, so a stale row shows."""
+    path = str(tmp_path / "r.db")
+    rw, run = _first_run(path)
+    other = Rewind(path)
+    other.store.update_run(run.id, summary="renamed elsewhere")
+    other.close()
+    assert rw.fork(run.id, at="plan").summary == "renamed elsewhere"
+    rw.store.update_run(run.id, summary="renamed here")
+    assert rw.fork(run.id, at="plan").summary == "renamed here"
+    rw.close()
+
+
+def test_a_saved_state_another_connection_removed_is_not_forked_from(tmp_path):
+    path = str(tmp_path / "r.db")
+    rw, run = _first_run(path)
+    rw.fork(run.id, at=run.steps[2].node)  # reads (and remembers) the state after step 1
+    other = Rewind(path)
+    step = run.steps[1]
+    other.store.delete_state("rewind", step.state_app_id or run.id, step.sequence_id, step.node)
+    other.close()
+    with pytest.raises(ForkError, match="not found"):
+        rw.fork(run.id, at=run.steps[2].node)
     rw.close()
