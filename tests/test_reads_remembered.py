@@ -102,3 +102,17 @@ def test_a_saved_state_another_connection_removed_is_not_forked_from(tmp_path):
     with pytest.raises(ForkError, match="not found"):
         rw.fork(run.id, at=run.steps[2].node)
     rw.close()
+
+
+def test_a_run_read_as_missing_is_found_once_this_connection_adds_it(tmp_path):
+    """Inserts keep what the connection remembers, so an absence is never remembered."""
+    from rewind.errors import NotFound
+
+    rw, run = _first_run(str(tmp_path / "r.db"))
+    row = dict(rw.store.get_run_row(run.id), id="added-later", parent_id=None)
+    with pytest.raises(NotFound):
+        rw.get_run("added-later")
+    with rw.store.transaction():
+        rw.store.insert_run(row)
+    assert rw.get_run("added-later").id == "added-later"
+    rw.close()

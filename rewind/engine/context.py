@@ -251,9 +251,8 @@ class ExecutionContext:
             # purged by a concurrent gc since: put_blobs checks it is there (with the blobs this
             # store wrote before, in one statement) and stores it again if not.
             store.put_blobs(self.new_blobs, served=self.served)
-        if self.pending_rows:
-            store.insert_nodes([{k: v for k, v in r.items() if not k.startswith("_")}
-                                for r in self.pending_rows])
+        if self.pending_rows:  # the store writes the columns a step row has (not "_durable")
+            store.insert_nodes(self.pending_rows)
         for row in self.pending_cache:
             store.cache_put({k: v for k, v in row.items() if not k.startswith("_")},
                             keep_existing=row.get("_keep_existing", False))

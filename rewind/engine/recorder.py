@@ -47,27 +47,27 @@ def record_step(ctx: ExecutionContext, record: StepRecord, sequence_id: Optional
         record.prompt_tokens + record.completion_tokens)
     idx = len(ctx.steps)
     outputs = record.outputs or {}
-    doc_fields = {
-        "field_hashes": record.field_hashes, "params": record.params_doc, "inputs": record.inputs,
-        "outputs": outputs, "output_hash": record.output_hash, "input_hash": record.input_hash,
-    }
-    if record.runtime:
-        doc_fields["runtime"] = record.runtime
-    if record.units:
-        doc_fields["units"] = record.units
-    if record.files:
-        doc_fields["files"] = record.files
-    if record.calls:  # what the model was asked and answered, for the step view
-        doc_fields["calls"] = record.calls
-    if record.tools:
-        doc_fields["tools"] = record.tools
+
+    def doc_fields() -> dict:  # built only for a doc this process has not made before
+        doc = {
+            "field_hashes": record.field_hashes, "params": record.params_doc,
+            "inputs": record.inputs, "outputs": outputs, "output_hash": record.output_hash,
+            "input_hash": record.input_hash,
+        }
+        for name, value in (("runtime", record.runtime), ("units", record.units),
+                            ("files", record.files), ("calls", record.calls),  # the step view's
+                            ("tools", record.tools)):
+            if value:
+                doc[name] = value
+        return doc
+
     doc_hash, doc_data = ctx.store.memo_doc(
         ("step", tuple(record.field_hashes.items()), tuple(record.inputs.items()),
          tuple(outputs.items()), record.output_hash, record.input_hash, record.params_json,
          tuple(record.runtime.items()), tuple(record.units.items()), tuple(record.files.items()),
          json.dumps([record.calls, record.tools], sort_keys=True, default=str)
          if record.calls or record.tools else None),
-        lambda: doc_fields,
+        doc_fields,
     )
     if doc_hash not in ctx.new_blobs:
         ctx.new_blobs[doc_hash] = doc_data
@@ -95,11 +95,13 @@ def record_step(ctx: ExecutionContext, record: StepRecord, sequence_id: Optional
         params=dict(record.params_doc), reason=record.reason or "", error=record.error,
         occurrence=int(record.occurrence), index=idx, prompt_tokens=record.prompt_tokens,
         completion_tokens=record.completion_tokens, tokens_saved=record.tokens_saved,
-        field_hashes=dict(record.field_hashes), sequence_id=sequence_id, state_app_id=app_id,
+        # the record's own containers are the step's; those it shares with the node's spec
+        # (params, units) and with the row's doc (outputs) are copied
+        field_hashes=record.field_hashes, sequence_id=sequence_id, state_app_id=app_id,
         run_id=ctx.run_id, source_run=record.source_run, started_at=record.started_at,
-        input_refs=dict(record.inputs), output_refs=dict(outputs),
-        runtime_refs=dict(record.runtime), units=dict(record.units), files=dict(record.files),
-        calls=list(record.calls), tools=list(record.tools),
+        input_refs=record.inputs, output_refs=dict(outputs),
+        runtime_refs=record.runtime, units=dict(record.units), files=record.files,
+        calls=record.calls, tools=record.tools,
         _loader=ctx.store.values,
     )
     ctx.steps.append(step)

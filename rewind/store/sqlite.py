@@ -158,9 +158,11 @@ class SQLiteStore(SQLStore):
             conn.known_version = version
         if key in known:
             return known[key]
-        if len(known) >= _ROWS_KNOWN:
-            known.clear()
-        got = known[key] = read()
+        got = read()
+        if got is not None:  # never an absence: a row this connection adds would end it
+            if len(known) >= _ROWS_KNOWN:
+                known.clear()
+            known[key] = got
         return got
 
     def execute(self, sql: str, params=()):
@@ -185,7 +187,8 @@ class SQLiteStore(SQLStore):
 
     def cache_prefetch(self, keys) -> dict:
         """`cache_get_many`, remembered (`_remembered`): exact but for the hit counts this
-        connection added since it read them."""
+        connection added since it read them. (A key it found no entry for is remembered as
+        such: every write of a cache entry makes the connection forget.)"""
         keys = tuple(dict.fromkeys(tuple(k) for k in keys if k[1]))
         got = self._remembered(("cache", keys), lambda: self.cache_get_many(keys))
         return {k: dict(v) for k, v in got.items()}
