@@ -234,3 +234,32 @@ def test_sync_hooks_are_what_the_adapter_set_calls():
         hook.post_run_step(n=2)
     assert heard == [1, 1, 2, 2]
     assert "pre_run_step" not in burr_compat.sync_hooks(adapters)
+
+
+def test_hook_set_is_the_set_a_built_application_calls():
+    from burr.core.persistence import InMemoryPersister
+    from burr.lifecycle import PostRunStepHook
+
+    class Hook(PostRunStepHook):
+        def post_run_step(self, **kwargs):
+            pass
+
+    hook, persister = Hook(), InMemoryPersister()
+    graph = GraphBuilder().with_actions(bump=bump).with_transitions(("bump", "bump")).build()
+    app = (ApplicationBuilder().with_graph(graph).with_entrypoint("bump").with_state(n=0)
+           .with_hooks(hook).with_state_persister(persister).build())
+    built = burr_compat.sync_hooks(burr_compat.adapter_set(app))
+    ours = burr_compat.sync_hooks(burr_compat.hook_set([hook], persister))
+    assert set(ours) == set(built)
+    for name in built:
+        assert [type(h) for h in ours[name]] == [type(h) for h in built[name]], name
+    assert ours["post_run_step"][0] is hook and ours["post_run_step"][1].persister is persister
+    # and Burr's tracer-context hook sets its context around a step, then restores it
+    from burr.visibility.tracing import tracer_factory_context_var
+
+    before = tracer_factory_context_var.get(None)
+    ids = dict(app_id="a", partition_key="p", sequence_id=0, state=app.state, action=graph.actions[0])
+    ours["pre_run_step"][0].pre_run_step(inputs={}, **ids)
+    assert tracer_factory_context_var.get(None) is not before
+    ours["post_run_step"][-1].post_run_step(result={}, exception=None, **ids)
+    assert tracer_factory_context_var.get(None) is before

@@ -6,7 +6,8 @@
     replay       ReplayAction: the wrapper that dry-runs, serves from cache or executes
     context      ExecutionContext: live hashes and the write buffer of one execution
     recorder     Burr's post-run-step hook: steps into rows; rows back into Steps
-    runner       driving Burr with halts and runtime inputs; starting a first run
+    stepper      one visit at a time: served ones stepped as Burr would, the rest by Burr
+    runner       driving an execution with halts and runtime inputs; starting a first run
     fork         forking at a node visit; the next visit of a stopped run
     resume       continuing a halted, failed or interrupted run in place
     liveness     run ownership and heartbeats

@@ -72,6 +72,18 @@ def after_served(state: Any, outputs: dict, writes: list, deleted: list, action:
     return State(values, state.typing_system)
 
 
+def hook_set(hooks: list, persister: Any) -> Any:
+    """The lifecycle hooks an application built `.with_hooks(*hooks).with_state_persister(
+    persister)` calls, in its order: `hooks`, Burr's `PersisterHook` over the persister
+    (`ApplicationBuilder._set_sync_state_persister`), then the hook `Application.__init__`
+    adds to put the tracer factory in context around each step."""
+    from burr.core.persistence import PersisterHook
+    from burr.lifecycle.internal import LifecycleAdapterSet
+
+    adapters = LifecycleAdapterSet(*hooks, PersisterHook(persister))
+    return adapters.with_new_adapters(_app.TracerFactoryContextHook(adapters))
+
+
 def adapter_set(app: Any) -> Any:
     """The lifecycle hooks a built application calls (the user's, the persister's)."""
     return app._adapter_set  # noqa: SLF001 (Burr has no public accessor)

@@ -5,8 +5,9 @@ Every visit is decided first (`ReplayAction.decide`: keyed, then served or not).
 gets exactly what `Application.step` would do with it: the state handed to the action has its
 sequence id advanced, the state after it is Burr's `_state_update` of what the wrapper returns
 plus the prior step (`burr_compat.numbered` / `after_served`, pinned by tests against Burr), and
-the same lifecycle hooks are called with the same arguments: the step recorder, and the
-persister hook that writes Burr's row, so Burr's own fork and resume work from any step. A
+the same lifecycle hooks are called with the same arguments: the step recorder, the persister
+hook that writes Burr's row (so Burr's own fork and resume work from any step), and Burr's own
+tracer-context hook (`burr_compat.hook_set`). A
 visit that must execute is handed to Burr with its decision made (`ctx.decided`), so it is
 keyed once. The Burr application is built the first time a visit must execute: a fork served
 entirely from the cache never builds one.
@@ -17,9 +18,7 @@ from __future__ import annotations
 import logging
 from typing import Any, Callable, Optional
 
-from burr.core.persistence import PersisterHook
 from burr.lifecycle.base import ExecuteMethod
-from burr.lifecycle.internal import LifecycleAdapterSet
 
 from ..store import PARTITION_KEY
 from . import burr_compat
@@ -115,8 +114,7 @@ class Stepper:
             if self.app is not None:
                 self._hooks = burr_compat.adapter_set(self.app)
             else:
-                self._hooks = LifecycleAdapterSet(*burr_hooks(self.ctx),
-                                                  PersisterHook(self._persister))
+                self._hooks = burr_compat.hook_set(burr_hooks(self.ctx), self._persister)
         return self._hooks
 
     def _fire(self, action: Any, current: Any, before: Any, inputs: dict, after: Any,
