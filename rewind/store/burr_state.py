@@ -129,11 +129,17 @@ class BlobRefPersisterMixin:
         ctx = store.live_contexts.get(app_id)
         read = getattr(ctx, "state_values", None)
         values = read(state) if read is not None else state.get_all()  # read, never mutated
-        internal = {k: v for k, v in values.items() if k.startswith("__")}
         if ctx is not None:
-            refs = ctx.state_refs(values)
+            refs = ctx.state_refs(values)  # one per field but Burr's `__` ones
             blobs = ctx.take_new_blobs()
+            if (len(values) - len(refs) == 2 and PRIOR_STEP_KEY in values
+                    and SEQUENCE_ID_KEY in values):  # the usual two: no walk over the state
+                internal = {PRIOR_STEP_KEY: values[PRIOR_STEP_KEY],
+                            SEQUENCE_ID_KEY: values[SEQUENCE_ID_KEY]}
+            else:
+                internal = {k: v for k, v in values.items() if k.startswith("__")}
         else:
+            internal = {k: v for k, v in values.items() if k.startswith("__")}
             refs, blobs = {}, {}
             for k, v in values.items():
                 if k.startswith("__"):
