@@ -243,8 +243,9 @@ class SQLiteStore(SQLStore):
         with positions), so it answers "rows holding all these trigrams", a superset of the
         rows holding the substring; its case folding (Unicode) is wider than LIKE's (ASCII)
         too: the LIKE in the query decides. An SQLite without FTS5 keeps scanning. Rows are
-        matched by rowid, which VACUUM keeps; anything that renumbers the runs' rowids must run
-        INSERT INTO runs_search(runs_search) VALUES ('rebuild') after."""
+        matched by rowid, which VACUUM keeps; anything that renumbers the runs' rowids must call
+        `rebuild_search_index` after (a bare FTS5 'rebuild' would index the runs waiting for
+        their batch, schema version 7, and the batch would index them again)."""
         cols = ", ".join(SEARCH_COLUMNS)
         new = ", ".join(f"NEW.{c}" for c in SEARCH_COLUMNS)
         old = ", ".join(f"OLD.{c}" for c in SEARCH_COLUMNS)
@@ -312,6 +313,15 @@ class SQLiteStore(SQLStore):
                 for statement in _INDEX_PENDING.split(";"):
                     if statement.strip():
                         self.execute(statement)
+
+    def rebuild_search_index(self) -> None:
+        """Rebuild the search index from the runs and move the mark to the newest (one
+        transaction): the repair after anything that renumbered the runs' rowids."""
+        if self._has_search_index() and self._table_exists(SEARCH_MARK):
+            with self.transaction():
+                self.execute(f"INSERT INTO {SEARCH_TABLE}({SEARCH_TABLE}) VALUES ('rebuild')")
+                self.execute(f"UPDATE {SEARCH_MARK} SET indexed_through = "
+                             "(SELECT COALESCE(MAX(rowid), 0) FROM runs)")
 
     def _search_prefilter(self, text: str):
         # rows holding every trigram of the search (at most MAX_TRIGRAMS of them, spread from
