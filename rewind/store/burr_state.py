@@ -108,6 +108,9 @@ class SQLStates(SQLBase, StateStore):
         self.execute(
             f"INSERT INTO {BURR_TABLE} (partition_key, app_id, sequence_id, position, state, "
             "status) VALUES (?, ?, ?, ?, ?, ?)", (*key, row["state"], row["status"]))
+        # a row of a run already here may sit beside one at the same sequence id (another
+        # position), which Burr's load by sequence id may then return instead
+        self.forget_reads()
 
     def delete_states_of_apps(self, app_ids: Iterable[str]) -> None:
         self.execute_in(f"DELETE FROM {BURR_TABLE} WHERE partition_key = ? AND app_id IN ({{marks}})",

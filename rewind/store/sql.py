@@ -175,6 +175,9 @@ class SQLBase(abc.ABC):
         for chunk in chunks(list(ids)):
             self.execute(sql.format(marks=marks(len(chunk))), [*params_before, *chunk])
 
+    def forget_reads(self) -> None:
+        """Drop what this connection remembers of earlier reads (backends that remember any)."""
+
     def _end_read(self) -> None:
         """Backends whose reads open a transaction end it here."""
 

@@ -135,6 +135,7 @@ class SQLiteStore(SQLStore):
         raise AssertionError("unreachable")
 
     def _note_write(self, sql: str) -> None:
+        sql = sql.lstrip()
         head = sql[:6].upper()
         if head == "SELECT" or head == "PRAGMA":
             return
@@ -143,6 +144,11 @@ class SQLiteStore(SQLStore):
             conn.seen_version = None
         if conn.known and not sql.startswith(_ADDS_ROWS):
             conn.known.clear()  # this connection may have changed a row it remembers
+
+    def forget_reads(self) -> None:
+        """This connection wrote something its remembered reads may not survive (an import's
+        state row beside one at the same sequence id)."""
+        self.connection.known.clear()
 
     def _remembered(self, key: tuple, read):
         """`read()`, or what it returned before on this connection while no other connection
