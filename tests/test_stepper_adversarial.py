@@ -32,7 +32,7 @@ from rewind.engine.fork import fork_source
 from rewind.store import PARTITION_KEY
 from tests import shapes
 from tests.test_burr_fidelity import visible
-from tests.test_stepper_fidelity import burr_steps_everything, trajectory
+from tests.test_stepper_fidelity import burr_steps_everything, spied, trajectory  # noqa: F401 (a fixture)
 
 CALLS: list = []
 FAIL = {"at": None}
@@ -220,6 +220,47 @@ def asyncish() -> rewind.Pipeline:
     return rewind.Pipeline("adv-async", graph, "aplus")
 
 
+# warm -> effect -> after: on a fork allowed side effects, warm is served (no application yet),
+# effect executes (the application is built for it, and numbers it in its __context), after is
+# served again into the built application.
+
+@action(reads=["seed"], writes=["warmed"])
+def warm(state: State) -> State:
+    CALLS.append("warm")
+    return state.update(warmed=state["seed"] * 2)
+
+
+@rewind.action(reads=["warmed"], writes=["stamp"], determinism="side-effect")
+def effect(state: State, __context: ApplicationContext) -> State:
+    CALLS.append("effect")
+    return state.update(stamp=[state["warmed"], __context.sequence_id % 1])
+
+
+@action(reads=["stamp", "rounds"], writes=["done", "seen", "rounds"])
+def after(state: State) -> State:
+    CALLS.append("after")
+    return (state.update(done=sum(state["stamp"]), rounds=state["rounds"] + 1)
+            .append(seen=state["stamp"][0]))
+
+
+def effects_ctx() -> rewind.Pipeline:
+    graph = (GraphBuilder().with_actions(warm=warm, effect=effect, after=after)
+             .with_transitions(("warm", "effect"), ("effect", "after"), ("after", "warm", expr("rounds < 3")))
+             .build())
+    return rewind.Pipeline("adv-effects", graph, "warm")
+
+
+def sc_effects(rw):
+    p = effects_ctx()
+    base = rw.run(p, {"seed": 5, "seen": [], "rounds": 0})
+    out = [("base", base)]
+    out.append(("dry", rw.fork(base.id, at="warm")))
+    out.append(("allowed", rw.fork(base.id, at="warm", allow_side_effects=True)))
+    out.append(("allowed at 2", rw.fork(base.id, at="after", occurrence=2, allow_side_effects=True)))
+    out.append(("edit", rw.fork(base.id, at="warm", occurrence=2, edit={"seed": 30})))
+    return out
+
+
 # --- scenarios: (label, run) of every run each one writes ----------------------------------------
 
 def sc_miss_then_hits(rw):
@@ -323,7 +364,7 @@ def sc_linear_effects(rw):
 SCENARIOS = {
     "miss-then-hits": sc_miss_then_hits, "counter": sc_counter, "chat": sc_chat,
     "failed": sc_failed, "async-params": sc_async_params, "loop-lineage": sc_loop_lineage,
-    "linear-effects": sc_linear_effects,
+    "linear-effects": sc_linear_effects, "effects": sc_effects,
 }
 
 
@@ -410,7 +451,8 @@ def assert_burr_forks_alike(rw: Rewind, pipeline: rewind.Pipeline, fork) -> None
 
 
 @pytest.mark.parametrize("name,make", [("miss-then-hits", chain), ("counter", counter_loop),
-                                       ("failed", countdown), ("loop-lineage", shapes.loop)])
+                                       ("failed", countdown), ("loop-lineage", shapes.loop),
+                                       ("effects", effects_ctx)])
 def test_every_fork_holds_what_plain_burr_forking_computes(tmp_path, name, make):
     pipeline = make()
     with Rewind(str(tmp_path / "r.db")) as rw:
@@ -580,3 +622,56 @@ def test_map_states_in_a_loop_runs_as_plain_burr(tmp_path):
         run = rw.run(p, {"xs": [1, 2], "rounds": 0, "trace": []})
         assert run.status == "completed", run.error
         assert visible(rw.state_at(run.steps[-1]))["trace"] == want["trace"]
+
+
+# --- a visit whose keying raises, served path vs Burr's step -----------------------------------
+
+def test_a_visit_that_fails_while_keyed_is_recorded_as_burrs_step_records_it(tmp_path, monkeypatch,
+                                                                            spied):
+    """The stepper keys a visit before Burr would have run it: if keying raises, the hooks hear
+    of it (a failed step, Burr's failed state row) as they do when Burr's step runs the wrapper."""
+    from rewind.engine import replay
+
+    real = replay.ReplayAction._key
+
+    def key(self, ctx, spec, state, occurrence, run_kwargs):
+        if spec.node == "counter" and occurrence == 3:
+            raise rewind.RewindError("keying failed (injected)", node="counter")
+        return real(self, ctx, spec, state, occurrence, run_kwargs)
+
+    out = []
+    for stepped in (False, True):
+        if stepped:
+            burr_steps_everything(monkeypatch)
+        with Rewind(str(tmp_path / f"{stepped}.db")) as rw:
+            base = rw.run(counter_loop(), {"counter": 0, "seqs": []}, inputs={"increment_by": 3})
+            monkeypatch.setattr(replay.ReplayAction, "_key", key)
+            fork = rw.fork(base.id, at="counter", occurrence=2)
+            monkeypatch.setattr(replay.ReplayAction, "_key", real)
+            assert fork.status == "failed" and "injected" in fork.error
+            resumed = rw.resume(fork.id)
+            out.append((str(fork.status), fork.error, trajectory(rw, fork), spied.get(fork.id),
+                        str(resumed.status), trajectory(rw, resumed)))
+    assert out[0][:3] == out[1][:3]
+    assert out[0][3] == out[1][3], "the hooks heard different calls"
+    assert out[0][4:] == out[1][4:]
+
+
+def test_a_forks_actions_see_the_context_a_first_run_gives_them(tmp_path):
+    """Behaviour change, pinned: before the stepper a fork's application was built by
+    `initialize_from`, so a node executed in a fork saw `__context.state_initializer` set (Burr's
+    MapStates then made its sub-applications `initialize_from` it too); a first run's and a
+    resume's never do. Now a fork's node sees what a first run's sees."""
+
+    @action(reads=["x"], writes=["info"])
+    def probe(state: State, __context: ApplicationContext) -> State:
+        return state.update(info=[state["x"], __context.state_initializer is None,
+                                  __context.state_persister is not None, __context.sequence_id])
+
+    graph = GraphBuilder().with_actions(probe=probe).with_transitions().build()
+    p = rewind.Pipeline("adv-probe", graph, "probe")
+    with Rewind(str(tmp_path / "r.db")) as rw:
+        run = rw.run(p, {"x": 1})
+        fork = rw.fork(run.id, at="probe", edit={"x": 2})
+        assert rw.state_at(run.steps[-1])["info"] == [1, True, True, 0]
+        assert rw.state_at(fork.steps[-1])["info"] == [2, True, True, 0]
