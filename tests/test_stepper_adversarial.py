@@ -511,9 +511,14 @@ class InputsSpy(PreRunStepHook):
     def __init__(self, log: list):
         self.log = log
 
-    def pre_run_step(self, *, action, inputs, sequence_id, **kw):
-        self.log.append((action.name, sequence_id, sorted(inputs),
-                         type(inputs.get("__context")).__name__))
+    def pre_run_step(self, *, action, inputs, sequence_id, app_id, **kw):
+        context = inputs.get("__context")
+        self.log.append((action.name, sequence_id, sorted(inputs), type(context).__name__))
+        if context is not None:  # the context Burr would have handed the action
+            self.log.append((context.app_id == app_id, context.partition_key, context.sequence_id,
+                             context.action_name, context.tracker,
+                             type(context.state_persister).__name__, context.state_initializer,
+                             type(context.parallel_executor_factory()).__name__))
 
 
 def test_served_steps_hand_hooks_the_inputs_burr_injects(tmp_path, monkeypatch):
@@ -536,10 +541,14 @@ def test_served_steps_hand_hooks_the_inputs_burr_injects(tmp_path, monkeypatch):
             base = rw.run(counter_loop(), {"counter": 0, "seqs": []}, inputs={"increment_by": 3})
             fork = rw.fork(base.id, at="counter", occurrence=2)
             assert {str(s.status) for s in fork.steps} == {"inherited", "cached"}
-            heard.append(logs[fork.id])
+            # a first run served from the cache: the hits go into the application Burr built
+            again = rw.run(counter_loop(), {"counter": 0, "seqs": []}, inputs={"increment_by": 3})
+            assert {str(s.status) for s in again.steps} == {"cached"}
+            heard.append((logs[fork.id], logs[again.id]))
     served, burr = heard
-    assert burr[0] == ("counter", 1, ["__context", "increment_by"], "ApplicationContext")
-    assert served == burr
+    assert burr[0][0] == ("counter", 1, ["__context", "increment_by"], "ApplicationContext")
+    assert served[0] == burr[0], "a fork's served steps"
+    assert served[1] == burr[1], "a first run's served steps"
 
 
 def test_a_keep_wipe_served_from_the_cache_deletes_what_burr_deletes(tmp_path):
