@@ -16,7 +16,7 @@ those forks is checked against plain Burr forking from the same saved state with
 from __future__ import annotations
 
 import asyncio
-import copy
+import json
 
 import pytest
 from burr.core import Action, ApplicationBuilder, ApplicationContext, State, default, expr, when
@@ -26,7 +26,7 @@ from burr.core.parallelism import MapStates
 from burr.lifecycle import PreRunStepHook
 
 import rewind
-from rewind import Rewind
+from rewind import Rewind, serde
 from rewind.engine import runner, stepper
 from rewind.engine.fork import fork_source
 from rewind.store import PARTITION_KEY
@@ -409,10 +409,6 @@ def test_served_visits_write_what_burrs_steps_write(tmp_path, monkeypatch, name)
 
 # --- against plain Burr: every own step of every fork is what Burr's own fork computes ---------
 
-def burr_graph(pipeline: rewind.Pipeline):
-    return pipeline.graph
-
-
 def assert_burr_forks_alike(rw: Rewind, pipeline: rewind.Pipeline, fork) -> None:
     """Plain Burr, forked with `initialize_from` from the state the fork started from (its
     edit as `override_state_values`), stepped with the inputs each step recorded: the state
@@ -425,11 +421,8 @@ def assert_burr_forks_alike(rw: Rewind, pipeline: rewind.Pipeline, fork) -> None
         return
     index = own[0].index
     source_app, source_seq = fork_source(rw.store, parent, parent_steps, index)
-    import json
-
-    from rewind import serde
     edit = serde.decode(row["edit_json"].encode("utf-8")) if row["edit_json"] else None
-    app = (ApplicationBuilder().with_graph(burr_graph(pipeline))
+    app = (ApplicationBuilder().with_graph(pipeline.graph)
            .initialize_from(rw.store.persister(), resume_at_next_action=True, default_state={},
                             default_entrypoint=pipeline.entrypoint, fork_from_app_id=source_app,
                             fork_from_partition_key=PARTITION_KEY,
