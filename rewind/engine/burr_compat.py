@@ -84,6 +84,35 @@ def hook_set(hooks: list, persister: Any) -> Any:
     return adapters.with_new_adapters(_app.TracerFactoryContextHook(adapters))
 
 
+INJECTED = ("__context", "__tracer")  # the inputs Burr's `_process_inputs` injects
+
+
+def injected_inputs(app: Any, action: Any, inputs: dict, sequence_id: int, app_id: str,
+                    partition_key: str, persister: Any, adapters: Any) -> dict:
+    """`inputs` as `Application._process_inputs` hands them to the hooks: with the
+    `__context`/`__tracer` Burr injects for an action declaring them. From the built `app`'s
+    own factories, or (no app built yet) as its `_context_factory`/`__tracer` factory make
+    them for an application built with `persister` and no tracker or state initializer."""
+    required, optional = action.optional_and_required_inputs
+    names = [k for k in INJECTED if k in required or k in optional]
+    if not names:
+        return inputs
+    if app is not None:
+        return app._process_inputs(inputs, action)  # noqa: SLF001
+    from burr.visibility.tracing import TracerFactory
+
+    out = dict(inputs)
+    if "__context" in names:
+        out["__context"] = _app.ApplicationContext(
+            app_id=app_id, tracker=None, partition_key=partition_key, sequence_id=sequence_id,
+            parallel_executor_factory=_app._create_default_executor, state_initializer=None,
+            state_persister=persister, action_name=action.name)
+    if "__tracer" in names:
+        out["__tracer"] = TracerFactory(action, sequence_id, lifecycle_adapters=adapters,
+                                        app_id=app_id, partition_key=partition_key)
+    return out
+
+
 def adapter_set(app: Any) -> Any:
     """The lifecycle hooks a built application calls (the user's, the persister's)."""
     return app._adapter_set  # noqa: SLF001 (Burr has no public accessor)

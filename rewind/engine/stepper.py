@@ -124,6 +124,8 @@ class Stepper:
         hooks = burr_compat.sync_hooks(self.hooks())  # {hook name: adapters}, as Burr calls them
         ids = {"app_id": self.ctx.run_id, "partition_key": PARTITION_KEY}
         sequence_id = burr_compat.state_values(before)[burr_compat.SEQUENCE_ID]
+        inputs = burr_compat.injected_inputs(self.app, action, inputs, sequence_id, **ids,
+                                             persister=self._persister, adapters=self.hooks())
         for hook in hooks.get("pre_run_execute_call", ()):
             hook.pre_run_execute_call(state=current, method=ExecuteMethod.step, **ids)
         for hook in hooks.get("pre_run_step", ()):
