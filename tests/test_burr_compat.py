@@ -263,3 +263,35 @@ def test_hook_set_is_the_set_a_built_application_calls():
     assert tracer_factory_context_var.get(None) is not before
     ours["post_run_step"][-1].post_run_step(result={}, exception=None, **ids)
     assert tracer_factory_context_var.get(None) is before
+
+
+def test_injected_inputs_are_what_burrs_process_inputs_hands_an_action():
+    """A served step hands the hooks the `__context`/`__tracer` Burr would have injected: from a
+    built application's own `_process_inputs`, or made as its factories make them."""
+    import dataclasses
+
+    from burr.core.persistence import InMemoryPersister
+    from burr.visibility.tracing import TracerFactory
+
+    @action(reads=["n"], writes=["n"])
+    def uses_both(state, __context: ApplicationContext, __tracer):
+        return state.update(n=state["n"] + 1)
+
+    persister = InMemoryPersister()
+    graph = GraphBuilder().with_actions(act=uses_both).with_transitions(("act", "act")).build()
+    app = (ApplicationBuilder().with_graph(graph).with_entrypoint("act").with_state(n=0)
+           .with_identifiers(app_id="app", partition_key="p").with_state_persister(persister)
+           .build())
+    act = graph.actions[0]
+    burr_compat.set_sequence_id(app, 3)
+    burrs = app._process_inputs({}, act)  # noqa: SLF001 (what the pin is about)
+    adapters = burr_compat.adapter_set(app)
+    ours = burr_compat.injected_inputs(None, act, {}, 3, app_id="app", partition_key="p",
+                                       persister=persister, adapters=adapters)
+    assert set(ours) == set(burrs) == {"__context", "__tracer"}
+    fields = [f.name for f in dataclasses.fields(ApplicationContext) if f.name != "tracker"]
+    assert {f: getattr(ours["__context"], f) for f in fields} == \
+        {f: getattr(burrs["__context"], f) for f in fields}
+    assert isinstance(ours["__tracer"], TracerFactory) and isinstance(burrs["__tracer"], TracerFactory)
+    assert burr_compat.injected_inputs(app, act, {}, 3, app_id="app", partition_key="p",
+                                       persister=persister, adapters=adapters).keys() == burrs.keys()
