@@ -545,10 +545,10 @@ def test_served_steps_hand_hooks_the_inputs_burr_injects(tmp_path, monkeypatch):
 
 
 def test_a_keep_wipe_served_from_the_cache_deletes_what_burr_deletes(tmp_path):
-    """BUG (pre-existing, not the stepper's): a node returning `state.wipe(keep=[...])` makes
-    Burr delete every other field. On a hit Rewind deletes the fields the *cached* visit
-    deleted; a field the state has now but did not have then (not part of the node's key)
-    survives."""
+    """Was a bug (older than the stepper): a node returning `state.wipe(keep=[...])` makes
+    Burr delete every other field. A hit deleted the fields the *cached* visit deleted, so a
+    field the state has now but did not have then (not part of the node's key) survived. The
+    entry now keeps the fields the node kept, and a hit deletes every other one."""
     p = chain()
     with Rewind(str(tmp_path / "r.db")) as rw:
         rw.run(p, {"text": "abcdefgh"})
@@ -609,21 +609,30 @@ def map_loop() -> rewind.Pipeline:
     return rewind.Pipeline("adv-map-loop", graph, "square")
 
 
-def test_map_states_in_a_loop_runs_as_plain_burr(tmp_path):
-    """BUG (pre-existing, not the stepper's): the second visit of a MapStates node fails with
-    an IntegrityError on Burr's state rows (its sub-applications reuse their ids). Before the
-    stepper a fork built its application with `initialize_from`, so the sub-applications loaded
-    the first visit's state and the fork completed with stale values ([[25, 36]] * 4); now a
-    fork fails as the first run does."""
+def test_map_states_in_a_loop_runs_as_plain_burr(store_url):
+    """Was a bug (older than the stepper): the second visit of a MapStates node failed with an
+    IntegrityError on Burr's state rows (its sub-applications reuse their ids per parent and
+    item). Before the stepper a fork built its application with `initialize_from`, so the
+    sub-applications loaded the first visit's state and the fork completed with stale values
+    ([[25, 36]] * 4). A sub-application's row now replaces the one at its key."""
     p = map_loop()
     app = (ApplicationBuilder().with_graph(p.graph).with_entrypoint("square")
            .with_state(xs=[1, 2], rounds=0, trace=[]).build())
     _, _, want = app.run(halt_after=["out"])
     assert want["trace"] == [[1, 4], [4, 9], [9, 16], [16, 25]]
-    with Rewind(str(tmp_path / "r.db")) as rw:
+    with Rewind(store_url) as rw:
         run = rw.run(p, {"xs": [1, 2], "rounds": 0, "trace": []})
         assert run.status == "completed", run.error
         assert visible(rw.state_at(run.steps[-1]))["trace"] == want["trace"]
+        # a fork at the second visit runs its sub-applications again, as plain Burr does
+        fork = rw.fork(run.id, at="square", occurrence=2, edit={"xs": [5, 6]})
+        assert fork.status == "completed", fork.error
+        before = visible(rw.state_at(run.steps[2]))  # after bump#1, the state square#2 got
+        plain = (ApplicationBuilder().with_graph(p.graph).with_entrypoint("square")
+                 .with_state(**{**before, "xs": [5, 6]}).build())
+        _, _, rest = plain.run(halt_after=["out"])
+        assert visible(rw.state_at(fork.steps[-1]))["trace"] == rest["trace"] == \
+            [[1, 4], [25, 36], [36, 49], [49, 64]]
 
 
 # --- a visit whose keying raises, served path vs Burr's step -----------------------------------

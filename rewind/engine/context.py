@@ -70,6 +70,7 @@ class StepRecord:
     endpoint: Optional[str] = None   # the model endpoint its calls went to (llm.endpoint_identity)
     integrity_note: Optional[str] = None   # why a cache entry was unusable
     deleted: list = dataclasses.field(default_factory=list)  # fields a served step removes
+    kept: Optional[list] = None  # the fields a `wipe(keep=)` kept (NodeResult.kept)
     shape_hash: Optional[str] = None  # its key without the code (replay.shape_hash)
     # the newest cache entry with the same inputs under other code, if already looked up
     earlier: Any = dataclasses.field(default=_UNASKED, repr=False)

@@ -86,6 +86,9 @@ class NodeResult:
     outputs: dict               # the written fields (a Result node: the fields it returns)
     deleted: list               # fields the node removed from the state
     meter: StepMeter
+    # the fields it kept when it wiped with `keep=` (Burr then deletes every other field of the
+    # whole state, whatever it holds: a cache hit must do the same), else None
+    kept: Optional[list] = None
 
 
 def _run_coroutine(coro: Any) -> Any:
@@ -143,13 +146,15 @@ def execute_node(node: str, runner: Any, readable: dict, reads: list, writes: li
         # a node that writes nothing (Burr's Result): what it returns is what it produced
         outputs = {k: v for k, v in result.items() if not is_internal_key(k)}
     present = set(new_state.keys())
+    kept = None
     if view._rw_notes.get("kept_only") and state is not None:
         # the node kept only what it returned: so does Burr, over the whole state
         deleted = sorted(k for k in state.keys() if k not in present and not is_internal_key(k))
+        kept = sorted(k for k in present if not is_internal_key(k))
     else:
         deleted = [k for k in readable if k not in present and not is_internal_key(k)]
     return NodeResult(result=result if isinstance(result, dict) else dict(outputs),
-                      outputs=outputs, deleted=deleted, meter=meter)
+                      outputs=outputs, deleted=deleted, meter=meter, kept=kept)
 
 
 def apply_outputs(state: State, outputs: dict, writes: list, deleted: list = ()) -> State:

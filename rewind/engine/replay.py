@@ -20,10 +20,11 @@ from burr.core.action import Action, SingleStepAction
 from .. import filewatch, llm, serde
 from ..action import DETERMINISTIC, SIDE_EFFECT
 from ..errors import RewindError
-from ..hashing import sha256_hex
+from ..hashing import is_internal_key, sha256_hex
 from ..metering import StepMeter
 from ..models import StepStatus
 from ..model_calls import serving
+from .burr_compat import state_values
 from .calls import for_step as model_call_cache
 from .context import _UNASKED, CURRENT, ExecutionContext, StepRecord
 from .keys import NodeSpec, is_expired, keeps_first_output, miss_reason
@@ -172,7 +173,7 @@ class ReplayAction(SingleStepAction):
             if entry is not None and ctx.use_cache:
                 visit.expired = is_expired(spec.policy, entry)
                 if not visit.expired:
-                    visit.outputs = self._serve(ctx, record, entry)
+                    visit.outputs = self._serve(ctx, record, entry, state)
         if visit.outputs is not None:
             record.latency_ms = (time.perf_counter() - started) * 1000
         return visit
@@ -221,7 +222,8 @@ class ReplayAction(SingleStepAction):
         self._finish_outputs(ctx, spec, record, outputs)
         return outputs
 
-    def _serve(self, ctx: ExecutionContext, record: StepRecord, entry: dict) -> Optional[dict]:
+    def _serve(self, ctx: ExecutionContext, record: StepRecord, entry: dict,
+               state: State) -> Optional[dict]:
         refs, meta = parsed_entry(entry)
         files = meta.get("files")
         changed = filewatch.changed(files) if files else None
@@ -256,6 +258,14 @@ class ReplayAction(SingleStepAction):
         record.files = dict(meta.get("files") or {})
         record.output_hash = entry["output_hash"]
         record.deleted = [k for k, h in refs.items() if h is None]
+        kept = meta.get("kept")
+        if kept is not None:  # it wiped with keep=: Burr deletes every other field there is now
+            keep = set(kept)
+            record.deleted = sorted(k for k in state_values(state)
+                                    if k not in keep and not is_internal_key(k))
+            for k in record.deleted:
+                record.outputs[k] = None
+            ctx.loaded({k: None for k in record.deleted})
         return outputs
 
     def _execute(self, ctx: ExecutionContext, spec: NodeSpec, record: StepRecord, state: State,
@@ -283,6 +293,7 @@ class ReplayAction(SingleStepAction):
                 done = execute_node(spec.node, spec.runner, record.readable, spec.reads,
                                     spec.writes, run_kwargs, state, meter=meter)
             record.files = dict(reads.files)
+            record.kept = done.kept
             self._finish_outputs(ctx, spec, record, done.outputs, done.deleted)
         except BaseException as e:
             self._metered(record, meter, calls)
@@ -364,6 +375,7 @@ class ReplayAction(SingleStepAction):
             "output_hash": record.output_hash,
             "outputs": refs_json(record.outputs),
             "meta": json.dumps({"hashes": record.output_field_hashes, "files": record.files,
+                                **({"kept": record.kept} if record.kept is not None else {}),
                                 "fields": record.field_hashes, "units": record.units,
                                 **({"endpoint": record.endpoint} if record.endpoint else {})},
                                sort_keys=True, separators=(",", ":")),

@@ -173,6 +173,9 @@ class StateStore(abc.ABC):
     def insert_state_rows(self, rows: list) -> None: ...
 
     @abc.abstractmethod
+    def replace_state_row(self, row: tuple) -> None: ...
+
+    @abc.abstractmethod
     def state_snapshot(self, app_id: str, sequence_id: int) -> Optional[dict]: ...
 
 

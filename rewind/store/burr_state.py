@@ -73,6 +73,16 @@ class SQLStates(SQLBase, StateStore):
             rows,
         )
 
+    def replace_state_row(self, row: tuple) -> None:
+        """A sub-application's state row, replacing one at the same key: Burr names a
+        MapStates/MapActions sub-application after its parent and item, so a second visit of
+        the same node saves under the same key (plain Burr, which persists nothing there by
+        default, runs on)."""
+        self.execute(
+            f"INSERT INTO {BURR_TABLE} (partition_key, app_id, sequence_id, position, state, "
+            "status) VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (partition_key, app_id, sequence_id, "
+            "position) DO UPDATE SET state = excluded.state, status = excluded.status", row)
+
     def state_snapshot(self, app_id: str, sequence_id: int) -> Optional[dict]:
         """The whole state Burr saved after a step, resolved from blobs."""
         data = self.load_state_refs(app_id, sequence_id)
@@ -165,9 +175,9 @@ class BlobRefPersisterMixin:
             if ctx.must_commit():
                 ctx.commit()
             return
-        with store.transaction():
+        with store.transaction():  # no execution of ours: a sub-application's step
             store.put_blobs(blobs)
-            store.insert_state_rows([row])
+            store.replace_state_row(row)
 
     def _stored(self, partition_key, app_id, sequence_id=None, **kwargs):
         """The row as Burr's own persister reads it (refs, not values)."""
