@@ -29,6 +29,7 @@ from rewind.store import open_store
 from rewind.store.runs import SQLRuns
 from rewind.store.sqlite import SEARCH_BATCH, SQLiteStore
 from tests import shapes
+from tests.test_search_paging import integrity_check
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 V6_COMMIT = "e9c63e4"  # the last commit with schema version 6
@@ -44,14 +45,6 @@ def _like_model(rows: dict, q: str) -> set:
     """What LIKE '%q%' over id, summary, pipeline matches (SQLite folds ASCII letters only)."""
     q = _fold(q.replace("\x00", "\ufffd"))
     return {rid for rid, (s, p) in rows.items() if any(q in _fold(v) for v in (rid, s, p))}
-
-
-def _integrity(path: str) -> None:
-    conn = sqlite3.connect(path)
-    try:
-        conn.execute("INSERT INTO runs_search(runs_search, rank) VALUES ('integrity-check', 1)")
-    finally:
-        conn.close()
 
 
 def _searched(rw: Rewind, q: str) -> list:
@@ -142,7 +135,7 @@ def test_search_equals_like_under_random_writes_around_the_batch(tmp_path, seed)
                     raise KeyboardInterrupt
         elif op < 0.9:
             st.index_pending_runs()
-            _integrity(path)
+            integrity_check(path, flush=False)
         elif op < 0.93:
             st.execute("VACUUM")
         if step % 8 == 0:
@@ -158,7 +151,7 @@ def test_search_equals_like_under_random_writes_around_the_batch(tmp_path, seed)
     other.close()
     st.index_pending_runs()
     rw.close()
-    _integrity(path)
+    integrity_check(path, flush=False)
 
 
 def test_a_reused_rowid_at_and_around_the_mark(tmp_path):
@@ -191,7 +184,7 @@ def test_a_reused_rowid_at_and_around_the_mark(tmp_path):
             assert set(_searched(rw, q)) == _like_model(rows, q), (k_del, k_add, q)
     st.index_pending_runs()
     rw.close()
-    _integrity(path)
+    integrity_check(path, flush=False)
 
 
 def test_a_read_only_store_finds_the_waiting_runs_and_refuses_to_index_them(tmp_path):
@@ -241,7 +234,7 @@ def test_the_documented_index_repair_keeps_the_batched_index_consistent(tmp_path
     assert len(_searched(rw, "zebra")) == SEARCH_BATCH + 19
     st.index_pending_runs()
     rw.close()
-    _integrity(path)
+    integrity_check(path, flush=False)
 
 
 # --- migration from a database the v6 code wrote ---------------------------------------------
@@ -286,7 +279,7 @@ def test_a_v6_database_written_by_the_v6_code_migrates_with_every_run_searchable
     run_id = p.stdout.strip().splitlines()[-1]
     rw = Rewind(path, pipelines=[shapes.linear()])
     assert rw.store.query("SELECT version FROM schema_version") == [(7,)]
-    _integrity(path)  # v6 indexed every run: nothing waits, no flush needed
+    integrity_check(path, flush=False)  # v6 indexed every run: nothing waits, no flush needed
     rows = {r["id"]: (r["summary"], r["pipeline"]) for r in rw.store.list_run_rows(limit=10_000)}
     assert len(rows) == n + 1
     for q in ("zebra", "okapi", "old 1", "v6-", "v6-5", "linear", "old 5 "):
@@ -304,7 +297,7 @@ def test_a_v6_database_written_by_the_v6_code_migrates_with_every_run_searchable
         assert set(_searched(rw, q)) == _like_model(rows, q), q
     rw.store.index_pending_runs()
     rw.close()
-    _integrity(path)
+    integrity_check(path, flush=False)
 
 
 # --- the memory: every remembered read equals a fresh one -------------------------------------

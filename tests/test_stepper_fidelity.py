@@ -18,8 +18,8 @@ from burr.lifecycle import (PostApplicationExecuteCallHook, PostRunStepHook,
 from rewind import Rewind
 from rewind.engine import runner, stepper
 from rewind.store import PARTITION_KEY
-from tests.burr_apps import APPS, CALLS, SETTINGS
-from tests.test_burr_fidelity import run_turns
+from tests.burr_apps import APPS, CALLS
+from tests.test_burr_fidelity import clean_calls, run_turns  # noqa: F401 (an autouse fixture)
 
 
 class Spy(PreRunStepHook, PostRunStepHook, PreApplicationExecuteCallHook,
@@ -47,14 +47,6 @@ class Spy(PreRunStepHook, PostRunStepHook, PreApplicationExecuteCallHook,
                       exception, **kw):
         self.log.append(("post_step", action.name, sequence_id, self._state(state),
                          copy.deepcopy(result), type(exception).__name__ if exception else None))
-
-
-@pytest.fixture(autouse=True)
-def clean_calls():
-    CALLS.clear()
-    SETTINGS["search_down"] = False
-    yield
-    SETTINGS["search_down"] = False
 
 
 @pytest.fixture
