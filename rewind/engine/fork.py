@@ -2,8 +2,10 @@
 
 A fork starts from the state Burr's `initialize_from(..., fork_from_sequence_id=...)` would
 load (`burr_compat.resumed`, pinned against Burr). This module picks the saved state just before
-the visit, carries the lineage's param changes and edits forward, feeds later steps the runtime inputs recorded for them, and checks that the state is stored and that
-Burr would resume at the requested node before anything is written.
+the visit, carries the lineage's param changes and edits forward, feeds later steps the runtime
+inputs recorded for them, and checks that the state is stored and that Burr would resume at the
+requested node before anything is written; the stepper then builds a Burr application only if
+a visit must execute.
 """
 
 from __future__ import annotations

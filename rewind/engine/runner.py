@@ -1,4 +1,4 @@
-"""Driving an execution step by step (Burr, or the stepper for served visits), and starting a first run.
+"""Driving an execution step by step (Burr or the stepper), and starting a first run.
 
 `drive` steps the execution as Burr's own `iterate` would (halt_before / halt_after, with
 `@tag:` names, and at least one step before any halt), handing each step its runtime inputs;
