@@ -116,3 +116,23 @@ def test_a_run_read_as_missing_is_found_once_this_connection_adds_it(tmp_path):
         rw.store.insert_run(row)
     assert rw.get_run("added-later").id == "added-later"
     rw.close()
+
+
+def test_a_run_gc_removed_is_not_forked_from_memory(tmp_path):
+    """gc deletes through this connection (or another): a remembered run row, state or entry
+    must not outlive it."""
+    from rewind.errors import NotFound
+
+    path = str(tmp_path / "r.db")
+    rw, run = _first_run(path)
+    rw.fork(run.id, at="draft")  # remembers the run row, the state before draft, the entries
+    removed = rw.gc(older_than_days=0)
+    assert removed, removed
+    if rw.store.get_run_row(run.id) is None:  # gc took the run: so must the memory
+        with pytest.raises(NotFound):
+            rw.fork(run.id, at="draft")
+    else:  # it kept the run (lineage) but purged the cache: the fork runs its nodes again
+        shapes.CALLS.clear()
+        fork = rw.fork(run.id, at="draft")
+        assert [str(s.status) for s in fork.steps][1:4] == ["executed"] * 3
+    rw.close()
