@@ -22,6 +22,8 @@ from .schema import BURR_TABLE, STATE_COLUMNS
 from .sql import SQLBase
 
 _KEY = "partition_key = ? AND app_id = ? AND sequence_id = ?"
+_INSERT_STATE = (f"INSERT INTO {BURR_TABLE} (partition_key, app_id, sequence_id, position, state, "
+                 "status) VALUES (?, ?, ?, ?, ?, ?)")
 _STEP_DOC = json.dumps({STEP_DOC_KEY: "%s"}, separators=(",", ":"))
 
 
@@ -67,21 +69,15 @@ class SQLStates(SQLBase, StateStore):
 
     def insert_state_rows(self, rows: list) -> None:
         """Rows of (partition_key, app_id, sequence_id, position, state, status)."""
-        self.executemany(
-            f"INSERT INTO {BURR_TABLE} (partition_key, app_id, sequence_id, position, "
-            "state, status) VALUES (?, ?, ?, ?, ?, ?)",
-            rows,
-        )
+        self.executemany(_INSERT_STATE, rows)
 
     def replace_state_row(self, row: tuple) -> None:
         """A sub-application's state row, replacing one at the same key: Burr names a
         MapStates/MapActions sub-application after its parent and item, so a second visit of
         the same node saves under the same key (plain Burr, which persists nothing there by
         default, runs on)."""
-        self.execute(
-            f"INSERT INTO {BURR_TABLE} (partition_key, app_id, sequence_id, position, state, "
-            "status) VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (partition_key, app_id, sequence_id, "
-            "position) DO UPDATE SET state = excluded.state, status = excluded.status", row)
+        self.execute(f"{_INSERT_STATE} ON CONFLICT (partition_key, app_id, sequence_id, position) "
+                     "DO UPDATE SET state = excluded.state, status = excluded.status", row)
 
     def state_snapshot(self, app_id: str, sequence_id: int) -> Optional[dict]:
         """The whole state Burr saved after a step, resolved from blobs."""
@@ -115,9 +111,7 @@ class SQLStates(SQLBase, StateStore):
         key = (row["partition_key"], row["app_id"], row["sequence_id"], row["position"])
         if self.query(f"SELECT 1 FROM {BURR_TABLE} WHERE {_KEY} AND position = ?", key):
             return
-        self.execute(
-            f"INSERT INTO {BURR_TABLE} (partition_key, app_id, sequence_id, position, state, "
-            "status) VALUES (?, ?, ?, ?, ?, ?)", (*key, row["state"], row["status"]))
+        self.execute(_INSERT_STATE, (*key, row["state"], row["status"]))
         # a row of a run already here may sit beside one at the same sequence id (another
         # position), which Burr's load by sequence id may then return instead
         self.forget_reads()
