@@ -136,3 +136,24 @@ def test_a_run_gc_removed_is_not_forked_from_memory(tmp_path):
         fork = rw.fork(run.id, at="draft")
         assert [str(s.status) for s in fork.steps][1:4] == ["executed"] * 3
     rw.close()
+
+
+def test_a_state_row_this_connection_replaced_is_read_again(tmp_path):
+    """A sub-application's row replaces the one at its key (an INSERT ... DO UPDATE): the
+    connection must not keep answering with the row it replaced."""
+    from rewind.store import PARTITION_KEY
+
+    rw, run = _first_run(str(tmp_path / "r.db"))
+    persister = rw.store.persister()
+    first, second = run.steps[0], run.steps[1]
+    app = first.state_app_id or run.id
+    before = persister.load(PARTITION_KEY, app, first.sequence_id)  # remembered
+    other_doc = rw.store.query("SELECT state FROM burr_state WHERE app_id = ? AND sequence_id = ?",
+                               (second.state_app_id or run.id, second.sequence_id))[0][0]
+    with rw.store.transaction():
+        rw.store.replace_state_row((PARTITION_KEY, app, first.sequence_id, first.node, other_doc,
+                                    "completed"))
+    after = persister.load(PARTITION_KEY, app, first.sequence_id)
+    assert after["state"].get_all() != before["state"].get_all()
+    assert after["state"]["draft"] == rw.state_at(second)["draft"]
+    rw.close()

@@ -71,8 +71,9 @@ def _not_writable(path: str) -> Optional[str]:
 
 
 # Writes that change no row a connection remembers (`_remembered`): new step, state, blob and
-# run rows (plain INSERTs: a conflict fails them), and the hit counter, which changes no field
-# a hit is served from. Anything else this connection writes makes it forget.
+# run rows (INSERTs that fail or do nothing on a conflict; one that updates instead changes a
+# row), and the hit counter, which changes no field a hit is served from. Anything else this
+# connection writes makes it forget.
 _ADDS_ROWS = ("INSERT INTO nodes ", "INSERT INTO burr_state ", "INSERT INTO runs ",
               "INSERT INTO blobs ", COUNT_HITS_SQL)
 _ROWS_KNOWN = 4_096  # reads a connection remembers
@@ -142,7 +143,7 @@ class SQLiteStore(SQLStore):
         conn = self.connection
         if head == "DELETE":  # this connection may remove blobs it knew
             conn.seen_version = None
-        if conn.known and not sql.startswith(_ADDS_ROWS):
+        if conn.known and (not sql.startswith(_ADDS_ROWS) or " DO UPDATE " in sql):
             conn.known.clear()  # this connection may have changed a row it remembers
 
     def forget_reads(self) -> None:
