@@ -121,11 +121,12 @@ class Stepper:
               result: Optional[dict], exception: Optional[Exception]) -> None:
         """The hooks of one step, as `Application.step` calls them: `current` is the state
         before the step, `before` the one the action is handed (its sequence id advanced)."""
-        hooks = burr_compat.sync_hooks(self.hooks())  # {hook name: adapters}, as Burr calls them
+        adapters = self.hooks()
+        hooks = burr_compat.sync_hooks(adapters)  # {hook name: adapters}, as Burr calls them
         ids = {"app_id": self.ctx.run_id, "partition_key": PARTITION_KEY}
         sequence_id = burr_compat.state_values(before)[burr_compat.SEQUENCE_ID]
         inputs = burr_compat.injected_inputs(self.app, action, inputs, sequence_id, **ids,
-                                             persister=self._persister, adapters=self.hooks())
+                                             persister=self._persister, adapters=adapters)
         for hook in hooks.get("pre_run_execute_call", ()):
             hook.pre_run_execute_call(state=current, method=ExecuteMethod.step, **ids)
         for hook in hooks.get("pre_run_step", ()):
