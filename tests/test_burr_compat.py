@@ -7,6 +7,7 @@ import contextvars
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
+from burr.core import application as burr_application
 from burr.core import Action, ApplicationBuilder, ApplicationContext, State
 from burr.core.action import SingleStepAction, action
 from burr.core.graph import GraphBuilder
@@ -263,6 +264,42 @@ def test_hook_set_is_the_set_a_built_application_calls():
     assert tracer_factory_context_var.get(None) is not before
     ours["post_run_step"][-1].post_run_step(result={}, exception=None, **ids)
     assert tracer_factory_context_var.get(None) is before
+
+
+def test_a_laid_out_hook_set_is_what_burr_builds_for_the_same_adapters():
+    """`hook_set` lays Burr's hook tables out once per adapter classes, then fills them with
+    the new instances without Burr's MRO walk: every later set must hold exactly what
+    `LifecycleAdapterSet(*adapters)` holds, and in the same order."""
+    from burr.core.persistence import InMemoryPersister, PersisterHook
+    from burr.lifecycle import PostRunStepHook, PreRunStepHook
+    from burr.lifecycle.internal import LifecycleAdapterSet
+
+    class Both(PreRunStepHook, PostRunStepHook):
+        def pre_run_step(self, **kwargs):
+            pass
+
+        def post_run_step(self, **kwargs):
+            pass
+
+    class Post(PostRunStepHook):
+        def post_run_step(self, **kwargs):
+            pass
+
+    for _ in range(3):  # the first builds the layout, the others reuse it
+        hooks, persister = [Post(), Both()], InMemoryPersister()
+        ours = burr_compat.hook_set(hooks, persister)
+        plain = LifecycleAdapterSet(*hooks, PersisterHook(persister))
+        burrs = plain.with_new_adapters(burr_application.TracerFactoryContextHook(plain))
+        assert [type(a) for a in ours.adapters] == [type(a) for a in burrs.adapters]
+        assert ours.adapters[:2] == hooks and ours.adapters[2].persister is persister
+        for table in ("sync_hooks", "async_hooks"):
+            mine, theirs = getattr(ours, table), getattr(burrs, table)
+            assert list(mine) == list(theirs), table
+            for name in theirs:
+                assert [ours.adapters.index(a) for a in mine[name]] == \
+                       [burrs.adapters.index(a) for a in theirs[name]], (table, name)
+        tracer = ours.adapters[-1]
+        assert tracer._adapter_set.adapters == ours.adapters[:3]  # noqa: SLF001
 
 
 def test_injected_inputs_are_what_burrs_process_inputs_hands_an_action():

@@ -78,10 +78,37 @@ def hook_set(hooks: list, persister: Any) -> Any:
     (`ApplicationBuilder._set_sync_state_persister`), then the hook `Application.__init__`
     adds to put the tracer factory in context around each step."""
     from burr.core.persistence import PersisterHook
+
+    adapters = _adapter_set([*hooks, PersisterHook(persister)])
+    return _adapter_set([*adapters._adapters, _app.TracerFactoryContextHook(adapters)])  # noqa: SLF001
+
+
+# adapter classes -> ({sync hook: adapter positions}, {async hook: positions}), as Burr's
+# `LifecycleAdapterSet.__init__` finds them by walking each class's MRO (~20 us a set): a
+# fork builds two sets of the same classes every time
+_HOOK_LAYOUTS: dict = {}
+
+
+def _adapter_set(adapters: list) -> Any:
+    """`LifecycleAdapterSet(*adapters)`, its hook tables laid out once per adapter classes."""
     from burr.lifecycle.internal import LifecycleAdapterSet
 
-    adapters = LifecycleAdapterSet(*hooks, PersisterHook(persister))
-    return adapters.with_new_adapters(_app.TracerFactoryContextHook(adapters))
+    key = tuple(type(a) for a in adapters)
+    layout = _HOOK_LAYOUTS.get(key)
+    if layout is None:
+        built = LifecycleAdapterSet(*adapters)
+        if any(type(a).__eq__ is not object.__eq__ for a in adapters):
+            return built  # Burr de-duplicates adapters by equality: no layout by position
+        layout = tuple({hook: [next(i for i, a in enumerate(adapters) if a is x) for x in found]
+                        for hook, found in table.items()}
+                       for table in (built.sync_hooks, built.async_hooks))
+        _HOOK_LAYOUTS[key] = layout
+        return built
+    out = LifecycleAdapterSet.__new__(LifecycleAdapterSet)
+    out._adapters = list(adapters)  # noqa: SLF001
+    out.sync_hooks = {hook: [adapters[i] for i in at] for hook, at in layout[0].items()}
+    out.async_hooks = {hook: [adapters[i] for i in at] for hook, at in layout[1].items()}
+    return out
 
 
 INJECTED = ("__context", "__tracer")  # the inputs Burr's `_process_inputs` injects
