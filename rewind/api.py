@@ -278,12 +278,13 @@ class Rewind:
         reads (`edit`), its own params or its runtime `inputs`, and replay what the change
         reaches; later steps get the runtime inputs recorded for them. Bad requests raise
         `RewindError` and write nothing."""
-        parent_row = self._run_row(run_id)
-        run = fork_run(self.store, self._heartbeat, self.pipeline(parent_row["pipeline"]),
-                       parent_row, at, edit=edit, params=params, inputs=inputs,
-                       allow_side_effects=allow_side_effects, occurrence=occurrence,
-                       use_cache=use_cache, on_step=self._sinks.wrap(self, on_step),
-                       owner=self.owner)
+        with self.store.snapshot_reads():  # fork_run ends it when its execution starts
+            parent_row = self._run_row(run_id)
+            run = fork_run(self.store, self._heartbeat, self.pipeline(parent_row["pipeline"]),
+                           parent_row, at, edit=edit, params=params, inputs=inputs,
+                           allow_side_effects=allow_side_effects, occurrence=occurrence,
+                           use_cache=use_cache, on_step=self._sinks.wrap(self, on_step),
+                           owner=self.owner)
         return self._sinks.finished(self, run)
 
     def plan_fork(self, run_id: str, at: str, edit: Optional[dict] = None,

@@ -157,3 +157,51 @@ def test_a_state_row_this_connection_replaced_is_read_again(tmp_path):
     assert after["state"].get_all() != before["state"].get_all()
     assert after["state"]["draft"] == rw.state_at(second)["draft"]
     rw.close()
+
+
+def _pragmas(store) -> list:
+    """Every `PRAGMA data_version` this thread's connection runs from now on."""
+    seen: list = []
+    store.connection._conn.set_trace_callback(
+        lambda sql: seen.append(sql) if sql.startswith("PRAGMA data_version") else None)
+    return seen
+
+
+def test_a_fork_asks_whether_others_wrote_once_for_all_its_reads(tmp_path):
+    """Inside `snapshot_reads` (a fork's setup) the first remembered read asks; the others
+    answer as of that moment; after `end_snapshot` each read asks again."""
+    rw, run = _first_run(str(tmp_path / "r.db"))
+    store = rw.store
+    seen = _pragmas(store)
+    with store.snapshot_reads():
+        for _ in range(3):
+            assert store.get_run_row(run.id)["id"] == run.id
+        assert len(seen) == 1
+        store.end_snapshot()
+        store.get_run_row(run.id)
+        store.get_run_row(run.id)
+        assert len(seen) == 3
+    store.get_run_row(run.id)
+    assert len(seen) == 4
+    # a fork's setup: the api's read of the run and the fork's own (its start state, its cache
+    # entries) share one question; the commit asks once more, inside its transaction
+    del seen[:]
+    rw.fork(run.id, at="plan")
+    assert len(seen) == 2, seen
+    rw.close()
+
+
+def test_a_write_before_the_snapshot_is_seen_by_every_read_in_it(tmp_path):
+    """The one question is asked at the snapshot's first read, so what another connection
+    committed before the fork started is never answered from memory."""
+    path = str(tmp_path / "r.db")
+    rw, run = _first_run(path)
+    other = Rewind(path)
+    other.store.execute("UPDATE runs SET summary = 'renamed elsewhere' WHERE id = ?", (run.id,))
+    other.close()
+    with rw.store.snapshot_reads():
+        assert rw.store.get_run_row(run.id)["summary"] == "renamed elsewhere"
+        assert rw.store.get_run_row(run.id)["summary"] == "renamed elsewhere"
+    fork = rw.fork(run.id, at="plan")
+    assert fork.summary == "renamed elsewhere"
+    rw.close()

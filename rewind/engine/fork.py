@@ -254,6 +254,7 @@ def fork_run(store: Any, heartbeat: Heartbeat, pipeline: Any, parent_row: dict, 
         return app
 
     stepper = Stepper(ctx, state=state, start=start, build=build, persister=persister)
+    store.end_snapshot()  # what the fork read, it read as of one moment; its steps read afresh
     return execute(ctx, stepper, heartbeat, started, halts)
 
 

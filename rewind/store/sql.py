@@ -178,6 +178,16 @@ class SQLBase(abc.ABC):
     def forget_reads(self) -> None:
         """Drop what this connection remembers of earlier reads (backends that remember any)."""
 
+    @contextlib.contextmanager
+    def snapshot_reads(self) -> Iterator[None]:
+        """The reads of one operation's setup (a fork's run rows, start state and cache
+        entries): a backend that remembers reads may ask once, at the first, whether another
+        connection wrote since, and answer the rest as of that moment."""
+        yield
+
+    def end_snapshot(self) -> None:
+        """The operation's setup is over (its execution starts): reads ask again each time."""
+
     def _end_read(self) -> None:
         """Backends whose reads open a transaction end it here."""
 

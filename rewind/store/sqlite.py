@@ -70,6 +70,8 @@ def _not_writable(path: str) -> Optional[str]:
     return None
 
 
+_UNCHECKED, _CHECKED = object(), object()  # `_Conn.snapshot`: data_version not yet asked, asked
+
 # Writes that change no row a connection remembers (`_remembered`): new step, state, blob and
 # run rows (INSERTs that fail or do nothing on a conflict; one that updates instead changes a
 # row), and the hit counter, which changes no field a hit is served from. Anything else this
@@ -151,18 +153,37 @@ class SQLiteStore(SQLStore):
         state row beside one at the same sequence id)."""
         self.connection.known.clear()
 
+    @contextlib.contextmanager
+    def snapshot_reads(self) -> Iterator[None]:
+        conn = self.connection
+        outer = conn.snapshot
+        if outer is None:
+            conn.snapshot = _UNCHECKED
+        try:
+            yield
+        finally:
+            if outer is None:
+                conn.snapshot = None
+
+    def end_snapshot(self) -> None:
+        self.connection.snapshot = None
+
     def _remembered(self, key: tuple, read):
         """`read()`, or what it returned before on this connection while no other connection
         has committed since (`PRAGMA data_version`) and this one only added rows (`_note_write`):
-        a fork reads the run, states and cache entries its parent's last fork read."""
+        a fork reads the run, states and cache entries its parent's last fork read. Inside
+        `snapshot_reads` the version is asked once: the operation reads as of that moment."""
         conn = self.connection
         if conn.depth:  # inside a transaction: what it wrote so far counts
             return read()
-        version = conn.execute("PRAGMA data_version").fetchone()[0]
         known = conn.known
-        if version != conn.known_version:
-            known.clear()
-            conn.known_version = version
+        if conn.snapshot is not _CHECKED:
+            version = conn.execute("PRAGMA data_version").fetchone()[0]
+            if version != conn.known_version:
+                known.clear()
+                conn.known_version = version
+            if conn.snapshot is _UNCHECKED:
+                conn.snapshot = _CHECKED
         if key in known:
             return known[key]
         got = read()
@@ -397,6 +418,7 @@ class _Conn:
         self.seen_version = None  # PRAGMA data_version at this connection's last write
         self.known: dict = {}  # what reads returned (SQLiteStore._remembered)
         self.known_version = None  # PRAGMA data_version when `known` was read
+        self.snapshot = None  # inside snapshot_reads: _UNCHECKED, then _CHECKED
 
     def __getattr__(self, name):
         return getattr(self._conn, name)
