@@ -125,6 +125,18 @@ class ReplayAction(SingleStepAction):
     def inputs(self):
         return self._inner.inputs
 
+    _io: Optional[tuple] = None  # (inner.inputs, Burr's sets of them)
+
+    @property
+    def optional_and_required_inputs(self) -> tuple:
+        # Burr's own property builds two sets from `inputs` on every call (twice a step);
+        # they are remembered for as long as the inner action returns the same `inputs`
+        inputs = self._inner.inputs
+        io = self._io
+        if io is None or io[0] is not inputs:
+            io = self._io = (inputs, super().optional_and_required_inputs)
+        return io[1]
+
     @property
     def tags(self) -> list:
         return getattr(self._inner, "tags", [])
