@@ -381,12 +381,16 @@ def _fingerprint(fn: Any, version: Optional[str]) -> tuple:
     except TypeError:
         memo = None
     if memo is not None:
-        wheres, objects, _digest, _units = memo
-        for w, o in zip(wheres, objects):
-            if _read_binding(w) is not o:
+        gets, others = memo[4]
+        for mapping, name, o in gets:  # a module's globals, a class's members: no call each
+            if mapping.get(name, _MISSING) is not o:
                 break
         else:
-            return memo
+            for w, o in others:
+                if _read_binding(w) is not o:
+                    break
+            else:
+                return memo
     walk = _Walk()
     active = _ACTIVE.__dict__.setdefault("fns", set())
     active.add(id(fn))
@@ -402,7 +406,11 @@ def _fingerprint(fn: Any, version: Optional[str]) -> tuple:
     units = {u: hashing.canonical_hash(s, u) for u, s in sorted(walk.units.items())}
     if version is not None:
         units["version"] = hashing.canonical_hash(version)
-    memo = ([w for w, _ in walk.bindings], [o for _, o in walk.bindings], digest, units)
+    # the re-read of every call, split once: bindings read from a mapping, and the rest
+    gets = [(w[1], w[2], o) for w, o in walk.bindings if w[0] in ("g", "d")]
+    others = [(w, o) for w, o in walk.bindings if w[0] not in ("g", "d")]
+    memo = ([w for w, _ in walk.bindings], [o for _, o in walk.bindings], digest, units,
+            (gets, others))
     try:
         _FINGERPRINTS[(fn, version)] = memo
     except TypeError:

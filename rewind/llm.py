@@ -219,7 +219,16 @@ def endpoint_identity() -> str:
     """Which model endpoint `chat` would call now (provider and base URL, never the key), as a
     hash: a step's model calls made against one endpoint are not an answer for another."""
     cfg = _resolve()
-    return hashlib.sha256(f"{cfg['provider']}|{cfg['base_url']}".encode()).hexdigest()[:16]
+    key = (cfg["provider"], cfg["base_url"])
+    got = _IDENTITIES.get(key)
+    if got is None:
+        if len(_IDENTITIES) >= 256:  # sessions may each name their own base URL
+            _IDENTITIES.clear()
+        got = _IDENTITIES[key] = hashlib.sha256(f"{key[0]}|{key[1]}".encode()).hexdigest()[:16]
+    return got
+
+
+_IDENTITIES: dict = {}  # (provider, base URL) -> endpoint_identity (a few per process)
 
 
 def provider_info() -> dict:

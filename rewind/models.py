@@ -108,6 +108,15 @@ class Step:
         """The Burr runtime inputs (`inputs=`) the step ran with, loaded on access."""
         return self._loader(self.runtime_refs) if (self._loader and self.runtime_refs) else {}
 
+    @classmethod
+    def built(cls, **fields: Any) -> "Step":
+        """`Step(**fields)` for a caller that names every field but the three below, without
+        the dataclass `__init__` (the recorder makes one per visit)."""
+        step = object.__new__(cls)
+        step.__dict__.update(inherited_cost=0, _inputs=None, _outputs=None, **fields)
+        step.__post_init__()
+        return step
+
     def __post_init__(self):
         if isinstance(self.status, str) and not isinstance(self.status, StepStatus):
             try:

@@ -580,3 +580,34 @@ def test_next_node_of_an_interrupted_run(store_url):
     assert nxt["state"]["draft"] == "go++" and nxt["state"]["rounds"] == 2
     fork = rw.fork(run.id, at="improve", occurrence=3)
     assert fork.step("done").outputs["result"] == "go+++"
+
+
+def test_a_step_built_without_init_is_the_step_init_makes():
+    """`Step.built` (the recorder's, one per visit) must set exactly the dataclass's fields,
+    with its defaults for the three it does not name, and convert the status as __init__ does."""
+    import dataclasses
+
+    from rewind.models import Step, StepStatus
+
+    named = {f.name for f in dataclasses.fields(Step)} - {"inherited_cost", "_inputs", "_outputs"}
+    fields = {name: f"v-{name}" for name in named}
+    fields.update(status="cached", node="n", _loader=None)
+    built, made = Step.built(**fields), Step(**fields)
+    assert built == made and vars(built) == vars(made)
+    assert set(vars(built)) == {f.name for f in dataclasses.fields(Step)}
+    assert built.status is StepStatus.CACHED
+
+
+def test_every_recorded_step_has_every_field(tmp_path):
+    import dataclasses
+
+    from rewind import Rewind
+    from rewind.models import Step
+    from tests import shapes
+
+    names = {f.name for f in dataclasses.fields(Step)}
+    with Rewind(str(tmp_path / "r.db")) as rw:
+        run = rw.run(shapes.linear(), {"topic": "wasps"})
+        fork = rw.fork(run.id, at="draft")
+        for step in [*run.steps, *fork.steps]:
+            assert set(vars(step)) == names, step.node

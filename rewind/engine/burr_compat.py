@@ -28,20 +28,22 @@ def resumed(loaded: dict, override: Optional[dict], entrypoint: str) -> tuple:
     """(state, start, sequence_id) of the application `ApplicationBuilder().initialize_from(
     persister, resume_at_next_action=True, default_entrypoint=entrypoint,
     override_state_values=override, fork_from_...)` builds from what the persister `loaded`."""
-    state = loaded["state"]
+    # Burr's `update`/`wipe` each copy the dict (and deep-copy the fields they overwrite,
+    # which they then drop): one copy, changed in the same order, is the same state for the
+    # decoded values a persister loads
+    values = dict(state_values(loaded["state"]))
     if override:
-        state = state.update(**override)
+        values.update(override)
     start = entrypoint
     if loaded["status"] == "completed":  # Burr goes on at the node after the saved position
-        state = state.update(**{PRIOR_STEP: loaded["position"]})
+        values[PRIOR_STEP] = loaded["position"]
     else:  # a failed (or start) state: Burr starts at its position
         start = loaded["position"]
-        state = state.wipe(delete=[PRIOR_STEP])
-    state = state.with_typing_system(DictBasedTypingSystem())
+        values.pop(PRIOR_STEP, None)
     sequence_id = loaded["sequence_id"]
     if sequence_id is not None:
-        state = State({**state_values(state), SEQUENCE_ID: sequence_id}, state.typing_system)
-    return state, start, sequence_id
+        values[SEQUENCE_ID] = sequence_id
+    return State(values, DictBasedTypingSystem()), start, sequence_id
 
 
 def next_action(graph: Any, state: Any, entrypoint: str) -> Any:

@@ -10,7 +10,6 @@ a visit must execute.
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import json
 import time
@@ -18,6 +17,7 @@ import weakref
 from typing import Any, Callable, Optional
 
 from .. import serde
+from ..costs import step_cost
 from ..errors import ForkError, InvalidRequest, NotFound
 from ..hashing import canonical_json
 from ..models import Run, RunStatus, Step, StepStatus, normalize_overrides
@@ -65,12 +65,13 @@ def inherited_step(s: Step, fork_id: str, index: int, reason: str) -> Step:
     """A fork's copy of its parent's step `s`, which it inherits at `index`. A shallow copy
     with the fields that change (what `dataclasses.replace` gives, without its `__init__`), and
     its own containers: the parsed parent step is shared by later forks."""
-    step = copy.copy(s)
+    step = object.__new__(Step)  # what copy.copy does, without its reduce protocol
+    step.__dict__.update(s.__dict__)
     step.__dict__.update(
         status=StepStatus.INHERITED, run_id=fork_id, index=index, tokens=0, prompt_tokens=0,
         completion_tokens=0, tokens_saved=0, latency_ms=0.0, reason=reason, error=None,
         source_run=s.run_id if s.status != StepStatus.INHERITED else s.source_run,
-        inherited_cost=s.cost, _inputs=None, _outputs=None,
+        inherited_cost=step_cost(s), _inputs=None, _outputs=None,
         params=dict(s.params), field_hashes=dict(s.field_hashes), input_refs=dict(s.input_refs),
         output_refs=dict(s.output_refs), runtime_refs=dict(s.runtime_refs),
         units=dict(s.units), files=dict(s.files), calls=list(s.calls), tools=list(s.tools),

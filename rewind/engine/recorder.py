@@ -89,7 +89,7 @@ def record_step(ctx: ExecutionContext, record: StepRecord, sequence_id: Optional
     ctx.pending_rows.append(row)
     if record.cache_row is not None:
         ctx.pending_cache.append(record.cache_row)
-    step = Step(
+    step = Step.built(
         node=record.node, status=status, input_hash=record.input_hash,
         output_hash=record.output_hash, tokens=tokens, latency_ms=float(record.latency_ms or 0),
         params=dict(record.params_doc), reason=record.reason or "", error=record.error,

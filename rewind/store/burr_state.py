@@ -12,6 +12,8 @@ from __future__ import annotations
 import json
 from typing import Any, Iterable, Optional
 
+from burr.core import State
+
 from .. import serde
 from ..hashing import canonical_hash
 from .base import StateStore
@@ -178,8 +180,6 @@ class BlobRefPersisterMixin:
         return super().load(partition_key, app_id, sequence_id, **kwargs)
 
     def load(self, partition_key, app_id, sequence_id=None, **kwargs):
-        from burr.core import State
-
         result = self._stored(partition_key, app_id, sequence_id, **kwargs)
         if result is None:
             return None
