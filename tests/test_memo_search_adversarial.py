@@ -25,7 +25,7 @@ from burr.core.persistence import SQLitePersister
 
 from rewind import Rewind
 from rewind.errors import StoreError
-from rewind.store import open_store
+from rewind.store import SCHEMA_VERSION, open_store
 from rewind.store.runs import SQLRuns
 from rewind.store.sqlite import SEARCH_BATCH, SQLiteStore
 from tests import shapes
@@ -277,8 +277,16 @@ def test_a_v6_database_written_by_the_v6_code_migrates_with_every_run_searchable
                        capture_output=True, text=True, timeout=300, cwd=str(tmp_path))
     assert p.returncode == 0, p.stderr
     run_id = p.stdout.strip().splitlines()[-1]
+    conn = sqlite3.connect(path)
+    # the v6 code counted hits per entry (its fork was served from the cache): the total keeps them
+    entry_hits = conn.execute("SELECT SUM(hits) FROM cache").fetchone()[0]
+    total = conn.execute("SELECT SUM(hits) FROM cache_stat").fetchone()[0]
+    conn.close()
+    assert entry_hits == total > 0
     rw = Rewind(path, pipelines=[shapes.linear()])
-    assert rw.store.query("SELECT version FROM schema_version") == [(7,)]
+    assert rw.store.query("SELECT version FROM schema_version") == [(SCHEMA_VERSION,)]
+    assert rw.cache_stats()["hits"] == total
+    assert rw.store.query("SELECT SUM(hits) FROM cache") == [(0,)]
     integrity_check(path, flush=False)  # v6 indexed every run: nothing waits, no flush needed
     rows = {r["id"]: (r["summary"], r["pipeline"]) for r in rw.store.list_run_rows(limit=10_000)}
     assert len(rows) == n + 1
@@ -292,6 +300,7 @@ def test_a_v6_database_written_by_the_v6_code_migrates_with_every_run_searchable
             rows[f"v7-{i}"] = (f"new {i} zebra", "pipe")
     fork = rw.fork(run_id, at="polish")
     assert [s.status for s in fork.steps][2:4] == ["cached", "cached"]
+    assert rw.cache_stats()["hits"] == total + sum(1 for s in fork.steps if s.status == "cached")
     rows[fork.id] = (fork.summary, "linear")
     for q in ("zebra", "new 1", "okapi", fork.id[:6]):
         assert set(_searched(rw, q)) == _like_model(rows, q), q

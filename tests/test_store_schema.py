@@ -85,7 +85,7 @@ def test_a_fresh_database_is_created_under_the_schema_lock(db_url, traced):
     first_ddl = next(i for i, s in enumerate(traced) if s.lstrip().upper().startswith("CREATE"))
     assert any(lock in s for s in traced[:first_ddl]), traced[:first_ddl]
     assert store.query("SELECT version FROM schema_version") == [(SCHEMA_VERSION,)]
-    assert SCHEMA_VERSION == 7
+    assert SCHEMA_VERSION == 8
     store.close()
 
 
@@ -109,6 +109,47 @@ def test_the_cache_has_one_age_index_fresh_and_migrated(db_url):
     assert _cache_age_indexes(store) == ["cache_cached_at"]
     assert store.query("SELECT version FROM schema_version") == [(SCHEMA_VERSION,)]
     store.close()
+
+
+def _hits_total(store) -> int:
+    return int(store.query("SELECT COALESCE(SUM(hits), 0) FROM cache_stat")[0][0])
+
+
+def test_version_8_counts_hits_in_the_total_and_keeps_the_ones_counted(db_url):
+    """Up to version 7 each entry counted its hits (a trigger kept the total); from 8 a commit
+    adds its hits to the total once. Migrating keeps the total, zeroes the entries (so a purge
+    no longer takes hits out) and drops the trigger."""
+    from rewind.store import migrations
+    from tests import shapes
+
+    pipeline = shapes.linear()
+    rw = Rewind(db_url)
+    run = rw.run(pipeline, {"topic": "wasps"})
+    store = rw.store
+    with store.transaction():  # the layout of version 7: the trigger, entries with counts
+        if isinstance(store, SQLiteStore):
+            migrations._sqlite_stat_triggers(store)
+        else:
+            migrations._pg_stat_triggers(store)
+        store.execute("UPDATE cache SET hits = 3")
+        store.execute("UPDATE schema_version SET version = 7")
+    entries = store.query("SELECT COUNT(*) FROM cache")[0][0]
+    assert _hits_total(store) == 3 * entries
+    rw.close()
+
+    rw = Rewind(db_url, pipelines=[pipeline])
+    store = rw.store
+    assert store.query("SELECT version FROM schema_version") == [(SCHEMA_VERSION,)]
+    assert _hits_total(store) == 3 * entries  # nothing counted is lost
+    assert store.query("SELECT COALESCE(MAX(hits), 0) FROM cache") == [(0,)]
+    fork = rw.fork(run.id, at="plan")
+    served = sum(1 for s in fork.steps if s.status == "cached")
+    assert served == 4
+    assert _hits_total(store) == 3 * entries + served
+    assert rw.cache_stats()["hits"] == 3 * entries + served
+    rw.purge_cache(older_than_days=0)  # hits the cache served stay served
+    assert rw.cache_stats()["hits"] == 3 * entries + served
+    rw.close()
 
 
 def test_opening_a_current_database_runs_no_ddl_and_takes_no_lock(db_url, traced):

@@ -22,8 +22,9 @@ _SELECT = f"SELECT {', '.join(CACHE_COLUMNS)} FROM cache"
 _KEYS_PER_QUERY = 200
 _STAT_COLS = ("entries", "hits", "tool_entries", "tool_hits", "blobs", "blob_bytes")
 _STAT_FOLD = 500  # cache_stat rows read before they are folded into one
-# how the hit counter's UPDATE starts: it changes no field a hit is served from
-COUNT_HITS_SQL = "UPDATE cache SET hits = hits + v.column3 FROM (VALUES "
+# the hit counter's statement: it changes no cache entry
+ADD_HITS_SQL = ("UPDATE cache_stat SET hits = hits + ? WHERE id = (SELECT MIN(id) FROM cache_stat)",
+                "INSERT INTO cache_stat (hits) VALUES (?)")  # SQLite (one row), PostgreSQL (a row a statement)
 
 
 class SQLCache(SQLBase, CacheStore):
@@ -45,8 +46,8 @@ class SQLCache(SQLBase, CacheStore):
         return out
 
     def cache_prefetch(self, keys: Sequence[tuple]) -> dict:
-        """`cache_get_many` for a fork about to serve hits: the fields a hit is served from are
-        exact; a backend may answer from what it read before, with older hit counts."""
+        """`cache_get_many` for a fork about to serve hits; a backend may answer from what it
+        read before, while nobody has changed a cache entry since."""
         return self.cache_get_many(keys)
 
     def latest_cache_entry_like(self, node: str, shape_hash: str) -> Optional[dict]:
@@ -80,21 +81,11 @@ class SQLCache(SQLBase, CacheStore):
         )
 
     def cache_hits(self, keys: list) -> None:
-        """Count one hit per (node, input_hash) in `keys` (repeats count again): one UPDATE
-        per commit, however many steps it holds."""
-        counts: dict = {}
-        for k in keys:
-            k = tuple(k)
-            counts[k] = counts.get(k, 0) + 1
-        items = sorted(counts.items())  # one lock order for every writer (PostgreSQL)
-        for i in range(0, len(items), _KEYS_PER_QUERY):
-            chunk = items[i : i + _KEYS_PER_QUERY]
-            values = ", ".join(["(?, ?, ?)"] * len(chunk))
-            self.execute_write(
-                f"{COUNT_HITS_SQL}{values}) AS v "
-                "WHERE cache.node = v.column1 AND cache.input_hash = v.column2",
-                [x for (node, ih), n in chunk for x in (node, ih, n)],
-            )
+        """Count one hit per key in `keys` (repeats count again) into the cache's total: one
+        statement per commit, however many steps it holds (schema version 8: hits are the
+        store's count of steps served from the cache, not a column of each entry)."""
+        if keys:
+            self.execute_write(ADD_HITS_SQL[self.types.get("blob") == "BYTEA"], (len(keys),))
 
     def cache_stats(self) -> dict:
         """Totals of the caches and blobs, from `cache_stat` (kept by triggers, migration 4):

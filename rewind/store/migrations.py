@@ -18,6 +18,10 @@
     7  SQLite's search index takes new runs in batches (`runs_search_mark`: the rowid it holds
        every run through; a search scans the few newer runs beside it): one FTS5 insert per
        run was ~60 us of every fork. PostgreSQL: no change
+    8  cache hits are counted in `cache_stat` only, one statement per commit (the steps the
+       cache has served, ever), not per entry: a fork's commit updated a row of every entry
+       it was served from and fired a trigger for each (~7% of a fork). The entries' counts,
+       already in the total, are zeroed; the trigger that followed them is dropped
 
 Opening a database whose version is current reads one row and runs no DDL, takes no lock.
 Otherwise the opener takes the schema lock (`pg_advisory_xact_lock` on PostgreSQL, BEGIN
@@ -134,6 +138,15 @@ def _one_age_index(store) -> None:
     store.execute("DROP INDEX IF EXISTS cache_age")
 
 
+def _hits_in_total(store) -> None:
+    if store.types.get("blob") == "BYTEA":
+        store.execute("DROP TRIGGER IF EXISTS rewind_cache_stat_update ON cache")
+    else:
+        store.execute("DROP TRIGGER IF EXISTS cache_stat_update")
+    # counted in the total already; zeroed so that purging an entry no longer takes them out
+    store.execute("UPDATE cache SET hits = 0 WHERE hits <> 0")
+
+
 MIGRATIONS = (
     Migration(1, "the first layout", _create_tables),
     Migration(2, "nodes.doc", _add_columns_since(2)),
@@ -143,6 +156,7 @@ MIGRATIONS = (
     Migration(6, "one cache.cached_at index", _one_age_index),
     Migration(7, "the search index takes new runs in batches",
               lambda store: store._batch_search_index()),
+    Migration(8, "cache hits counted once per commit, in cache_stat", _hits_in_total),
 )
 SCHEMA_VERSION = MIGRATIONS[-1].version
 

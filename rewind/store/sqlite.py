@@ -20,7 +20,7 @@ from burr.core.persistence import SQLitePersister
 
 from ..errors import StoreError
 from .burr_state import BlobRefPersisterMixin
-from .cache import COUNT_HITS_SQL
+from .cache import ADD_HITS_SQL
 from .schema import BURR_TABLE, SEARCH_COLUMNS
 from .sql import invalid_unicode
 from .sqlstore import SQLStore
@@ -74,10 +74,10 @@ _UNCHECKED, _CHECKED = object(), object()  # `_Conn.snapshot`: data_version not 
 
 # Writes that change no row a connection remembers (`_remembered`): new step, state, blob and
 # run rows (INSERTs that fail or do nothing on a conflict; one that updates instead changes a
-# row), and the hit counter, which changes no field a hit is served from. Anything else this
-# connection writes makes it forget.
+# row), and the hit counter, which changes no cache entry (only `cache_stat`). Anything else
+# this connection writes makes it forget.
 _ADDS_ROWS = ("INSERT INTO nodes ", "INSERT INTO burr_state ", "INSERT INTO runs ",
-              "INSERT INTO blobs ", COUNT_HITS_SQL)
+              "INSERT INTO blobs ", ADD_HITS_SQL[0])
 _ROWS_KNOWN = 4_096  # reads a connection remembers
 
 
@@ -214,9 +214,8 @@ class SQLiteStore(SQLStore):
         return version != seen
 
     def cache_prefetch(self, keys) -> dict:
-        """`cache_get_many`, remembered (`_remembered`): exact but for the hit counts this
-        connection added since it read them. (A key it found no entry for is remembered as
-        such: every write of a cache entry makes the connection forget.)"""
+        """`cache_get_many`, remembered (`_remembered`). (A key it found no entry for is
+        remembered as such: every write of a cache entry makes the connection forget.)"""
         keys = tuple(dict.fromkeys(tuple(k) for k in keys if k[1]))
         got = self._remembered(("cache", keys), lambda: self.cache_get_many(keys))
         return {k: dict(v) for k, v in got.items()}
