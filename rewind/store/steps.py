@@ -20,9 +20,19 @@ _POINTER = "status = 'inherited' AND doc IS NULL AND field_hashes IS NULL AND in
 MAX_LINEAGE = 10_000
 
 
+# Columns an INSERT must always name: those with an SQL default (a NULL given would differ
+# from the default it would take if left out)
+_DEFAULTED = frozenset(c.name for c in NODES.columns if c.default is not None)
+
+
 class SQLSteps(SQLBase, StepStore):
     def insert_nodes(self, rows: list) -> None:
-        self.executemany(insert_sql("nodes"), [[row.get(c) for c in NODE_COLUMNS] for row in rows])
+        """Insert step rows ({column: value}). Columns no row sets (and no default makes
+        non-NULL) are left out of the statement: they are NULL either way, and each column
+        named costs every row its binding (a no-edit fork's rows leave 8 of 23 unset)."""
+        cols = [c for c in NODE_COLUMNS
+                if c in _DEFAULTED or any(row.get(c) is not None for row in rows)]
+        self.executemany(insert_sql("nodes", cols), [tuple(row.get(c) for c in cols) for row in rows])
 
     def get_node_rows(self, run_id: str, parent_id: Any = False) -> list:
         """A run's step rows in order, inherited steps resolved (see `rows.is_pointer`); pass
