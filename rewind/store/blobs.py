@@ -174,7 +174,14 @@ class SQLBlobs(SQLBase, BlobStore):
         writes of the same hashes send nothing. `values` ({hash: value}) keeps immutable ones
         decoded."""
         values = values or {}
+        memory, known = self._verified, self._known
         for h, data in blobs.items():
+            if h in known and h in memory:  # a doc every fork writes again: kept already
+                try:
+                    memory.move_to_end(h)
+                except KeyError:  # evicted by another thread meanwhile
+                    pass
+                continue
             v = values.get(h, serde)
             self._keep(h, v if v is not serde and type(v) in _IMMUTABLE else data, len(data))
 
