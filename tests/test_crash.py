@@ -251,6 +251,30 @@ def test_a_process_forked_after_import_is_the_owner_of_its_runs():
     assert child["owner_pid"] == pid and child["owner_started"] != parent["owner_started"]
 
 
+def test_a_process_forked_with_an_open_store_opens_its_own_connection(tmp_path):
+    """A connection belongs to the process that opened it (`SQLBase._slot`, which knows the
+    pid without a syscall per statement, from a fork hook): a child forked from a process with
+    an open store writes through a connection of its own, and the parent's still works."""
+    rw = Rewind(str(tmp_path / "r.db"), pipelines=[PIPELINE])
+    parent_conn = rw.store.connection
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child
+        ok = rw.store.connection is not parent_conn
+        with rw.store.transaction():
+            rw.store.execute("CREATE TABLE IF NOT EXISTS from_child (x INTEGER)")
+            rw.store.execute("INSERT INTO from_child VALUES (1)")
+        os.write(write, b"ok" if ok else b"shared")
+        os._exit(0)
+    os.close(write)
+    os.waitpid(pid, 0)
+    with os.fdopen(read) as f:
+        assert f.read() == "ok"
+    assert rw.store.connection is parent_conn
+    assert rw.store.query("SELECT x FROM from_child") == [(1,)]
+    rw.close()
+
+
 KILLS = 5
 
 

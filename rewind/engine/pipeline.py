@@ -104,9 +104,9 @@ class Pipeline:
     def wrapped_graph(self) -> Graph:
         """The graph with every action wrapped in `ReplayAction`; built once per pipeline (the
         wrappers find the running execution through `context.CURRENT`)."""
-        from .replay import ReplayAction
-
         if self._wrapped is None:
+            from .replay import ReplayAction  # (replay imports this module)
+
             wrapped = {n: ReplayAction(a) for n, a in self.actions.items()}
             transitions = [
                 Transition(from_=wrapped[t.from_.name], to=wrapped[t.to.name], condition=t.condition)

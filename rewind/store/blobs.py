@@ -127,7 +127,7 @@ class SQLBlobs(SQLBase, BlobStore):
                     memory.move_to_end(h)  # least recently used goes first
                 except KeyError:  # evicted by another thread meanwhile
                     pass
-        for chunk in chunks(missing):
+        for chunk in (chunks(missing) if missing else ()):
             for h, data in self.query(f"SELECT hash, data FROM blobs WHERE hash IN ({marks(len(chunk))})",
                                       chunk):
                 data = bytes(data)
