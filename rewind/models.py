@@ -217,8 +217,11 @@ def normalize_overrides(raw: Optional[dict]) -> dict:
 def overrides_at(overrides: dict, node: str, occurrence: int) -> dict:
     """The params a fork lineage set for this visit of `node`: a change made at visit k holds
     from visit k on, so a no-edit fork of a fork replays it exactly."""
+    layers = overrides.get(node)
+    if not layers:  # the usual case, asked twice a visit
+        return {}
     merged: dict = {}
-    for start, params in sorted(overrides.get(node) or [], key=lambda layer: layer[0]):
+    for start, params in sorted(layers, key=lambda layer: layer[0]):
         if occurrence >= start:
             merged.update(params)
     return merged

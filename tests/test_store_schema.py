@@ -86,6 +86,7 @@ def test_a_fresh_database_is_created_under_the_schema_lock(db_url, traced):
     assert any(lock in s for s in traced[:first_ddl]), traced[:first_ddl]
     assert store.query("SELECT version FROM schema_version") == [(SCHEMA_VERSION,)]
     assert SCHEMA_VERSION == 8
+    assert _partial_run_indexes(store) == {"runs_parent": "parent_id", "runs_owner": "owner"}
     store.close()
 
 
@@ -111,6 +112,20 @@ def test_the_cache_has_one_age_index_fresh_and_migrated(db_url):
     store.close()
 
 
+def _partial_run_indexes(store) -> dict:
+    """{index: the column its WHERE ... IS NOT NULL names} of the runs' partial indexes."""
+    if isinstance(store, SQLiteStore):
+        rows = store.query("SELECT name, sql FROM sqlite_master WHERE type = 'index' AND tbl_name = 'runs'")
+    else:
+        rows = store.query("SELECT indexname, indexdef FROM pg_indexes WHERE tablename = 'runs'")
+    out = {}
+    for name, sql in rows:
+        m = re.search(r"WHERE \(?(\w+) IS NOT NULL", sql or "")
+        if m:
+            out[name] = m.group(1)
+    return out
+
+
 def _hits_total(store) -> int:
     return int(store.query("SELECT COALESCE(SUM(hits), 0) FROM cache_stat")[0][0])
 
@@ -132,6 +147,9 @@ def test_version_8_counts_hits_in_the_total_and_keeps_the_ones_counted(db_url):
         else:
             migrations._pg_stat_triggers(store)
         store.execute("UPDATE cache SET hits = 3")
+        for name, cols in (("runs_parent", "parent_id, created_at"), ("runs_owner", "owner, created_at")):
+            store.execute(f"DROP INDEX {name}")
+            store.execute(f"CREATE INDEX {name} ON runs ({cols})")  # whole, as up to 7
         store.execute("UPDATE schema_version SET version = 7")
     entries = store.query("SELECT COUNT(*) FROM cache")[0][0]
     assert _hits_total(store) == 3 * entries
@@ -142,6 +160,7 @@ def test_version_8_counts_hits_in_the_total_and_keeps_the_ones_counted(db_url):
     assert store.query("SELECT version FROM schema_version") == [(SCHEMA_VERSION,)]
     assert _hits_total(store) == 3 * entries  # nothing counted is lost
     assert store.query("SELECT COALESCE(MAX(hits), 0) FROM cache") == [(0,)]
+    assert _partial_run_indexes(store) == {"runs_parent": "parent_id", "runs_owner": "owner"}
     fork = rw.fork(run.id, at="plan")
     served = sum(1 for s in fork.steps if s.status == "cached")
     assert served == 4

@@ -21,7 +21,9 @@
     8  cache hits are counted in `cache_stat` only, one statement per commit (the steps the
        cache has served, ever), not per entry: a fork's commit updated a row of every entry
        it was served from and fired a trigger for each (~7% of a fork). The entries' counts,
-       already in the total, are zeroed; the trigger that followed them is dropped
+       already in the total, are zeroed; the trigger that followed them is dropped. And the
+       runs' parent and owner indexes hold only runs that have one (a first run, a
+       single-user run: one index entry and page fewer each)
 
 Opening a database whose version is current reads one row and runs no DDL, takes no lock.
 Otherwise the opener takes the schema lock (`pg_advisory_xact_lock` on PostgreSQL, BEGIN
@@ -138,13 +140,16 @@ def _one_age_index(store) -> None:
     store.execute("DROP INDEX IF EXISTS cache_age")
 
 
-def _hits_in_total(store) -> None:
+def _version_8(store) -> None:
     if store.types.get("blob") == "BYTEA":
         store.execute("DROP TRIGGER IF EXISTS rewind_cache_stat_update ON cache")
     else:
         store.execute("DROP TRIGGER IF EXISTS cache_stat_update")
     # counted in the total already; zeroed so that purging an entry no longer takes them out
     store.execute("UPDATE cache SET hits = 0 WHERE hits <> 0")
+    for name in ("runs_parent", "runs_owner"):  # partial now: most runs write neither
+        store.execute(f"DROP INDEX IF EXISTS {name}")
+        store.execute(schema.RUNS.index_ddl(name))
 
 
 MIGRATIONS = (
@@ -156,7 +161,7 @@ MIGRATIONS = (
     Migration(6, "one cache.cached_at index", _one_age_index),
     Migration(7, "the search index takes new runs in batches",
               lambda store: store._batch_search_index()),
-    Migration(8, "cache hits counted once per commit, in cache_stat", _hits_in_total),
+    Migration(8, "cache hits counted once per commit, in cache_stat; partial runs_parent, runs_owner", _version_8),
 )
 SCHEMA_VERSION = MIGRATIONS[-1].version
 

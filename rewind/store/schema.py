@@ -11,6 +11,7 @@ persister), only its columns are listed here.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Any, Optional, Sequence
 
 # Portable type names, mapped to each backend's by its `types` dict.
@@ -44,7 +45,7 @@ class Table:
     name: str
     columns: tuple
     primary_key: tuple = ()
-    indexes: tuple = ()  # (index name, (columns...))
+    indexes: tuple = ()  # (index name, (columns...)[, partial index WHERE clause])
 
     @property
     def names(self) -> tuple:
@@ -65,9 +66,15 @@ class Table:
         if self.primary_key:
             body.append(f"PRIMARY KEY ({', '.join(self.primary_key)})")
         out = [f"CREATE TABLE IF NOT EXISTS {self.name} ({', '.join(body)})"]
-        out += [f"CREATE INDEX IF NOT EXISTS {n} ON {self.name} ({', '.join(cols)})"
-                for n, cols in self.indexes]
+        out += [self.index_ddl(n) for n, *_ in self.indexes]
         return out
+
+    def index_ddl(self, name: str) -> str:
+        for n, cols, *where in self.indexes:
+            if n == name:
+                sql = f"CREATE INDEX IF NOT EXISTS {n} ON {self.name} ({', '.join(cols)})"
+                return sql + (f" WHERE {where[0]}" if where else "")
+        raise KeyError(f"table {self.name} has no index {name!r}")
 
     def row(self, values: Sequence, names: Optional[Sequence[str]] = None) -> dict:
         """A selected row as {column: value}; driver byte views become bytes."""
@@ -103,8 +110,12 @@ RUNS = Table(
     ),
     primary_key=("id",),
     indexes=(("runs_created", ("created_at",)), ("runs_pipeline", ("pipeline", "created_at")),
-             ("runs_status", ("status", "created_at")), ("runs_parent", ("parent_id", "created_at")),
-             ("runs_owner", ("owner", "created_at"))),
+             ("runs_status", ("status", "created_at")),
+             # partial (schema version 8): a first run has no parent and a single-user run no
+             # owner, and a query names the value it wants (`= ?`, IS NOT NULL), which implies
+             # the WHERE: those runs are in no entry of these indexes, and write none
+             ("runs_parent", ("parent_id", "created_at"), "parent_id IS NOT NULL"),
+             ("runs_owner", ("owner", "created_at"), "owner IS NOT NULL")),
 )
 # What a run search matches substrings of (`list_runs(search=...)`); schema version 5 indexes
 # them by trigrams (SQLite: an FTS5 table kept by triggers; PostgreSQL: pg_trgm GIN indexes).
@@ -199,10 +210,14 @@ BLOB_COLUMNS = BLOBS.names
 STATE_COLUMNS = ("partition_key", "app_id", "sequence_id", "position", "status", "state")
 
 
+@functools.lru_cache(maxsize=256)
+def _insert_sql(table: str, cols: tuple) -> str:
+    return f"INSERT INTO {table} ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))})"
+
+
 def insert_sql(table: str, columns: Optional[Sequence[str]] = None) -> str:
     """INSERT of `columns` (default: all) into `table`, `?` placeholders."""
-    cols = list(columns or TABLES[table].names)
-    return f"INSERT INTO {table} ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))})"
+    return _insert_sql(table, tuple(columns or TABLES[table].names))
 
 
 def select_sql(table: str, columns: Optional[Sequence[str]] = None) -> str:
