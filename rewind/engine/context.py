@@ -224,9 +224,6 @@ class ExecutionContext:
             self.new_blobs.setdefault(refs[k], data)
         return refs
 
-    def take_new_blobs(self) -> dict:
-        blobs, self.new_blobs = self.new_blobs, {}
-        return blobs
 
     # runtime inputs --------------------------------------------------------------------------
     def inputs_for(self, node: str, occurrence: int) -> dict:

@@ -38,9 +38,11 @@ def burr_inputs(action: Any, inputs: dict) -> Optional[dict]:
     """The inputs Burr's `_process_inputs` hands `action` (less the `__context`/`__tracer` it
     injects, which keys never include), or None where Burr must see them: a reserved `__` name
     or a missing required input, which Burr refuses with its own error."""
+    required, optional = action.optional_and_required_inputs
+    if not inputs:  # the usual visit: no runtime inputs
+        return None if any(not k.startswith("__") for k in required) else {}
     if any(k.startswith("__") for k in inputs):
         return None
-    required, optional = action.optional_and_required_inputs
     given = {k: v for k, v in inputs.items() if k in required or k in optional}
     if any(k not in given and not k.startswith("__") for k in required):
         return None
@@ -60,6 +62,7 @@ class Stepper:
         self._state, self._start, self._build = state, start, build
         self._persister = persister
         self._hooks: Any = None
+        self._table: tuple = ()  # the hooks() set's adapters by hook, in `_fire`'s order
 
     @property
     def state(self) -> Any:
@@ -82,7 +85,7 @@ class Stepper:
         ctx.decided = None
         given = burr_inputs(action, inputs) if hasattr(action, "decide") else None
         if given is not None:
-            current = self.state
+            current = self._state if self.app is None else self.app.state
             state = burr_compat.numbered(current)
             try:
                 visit = action.decide(ctx, state, given)
@@ -115,6 +118,9 @@ class Stepper:
                 self._hooks = burr_compat.adapter_set(self.app)
             else:
                 self._hooks = burr_compat.hook_set(burr_hooks(self.ctx), self._persister)
+            table = burr_compat.sync_hooks(self._hooks)  # {hook name: adapters}, as Burr calls them
+            self._table = tuple(table.get(name, ()) for name in (
+                "pre_run_execute_call", "pre_run_step", "post_run_step", "post_run_execute_call"))
         return self._hooks
 
     def _fire(self, action: Any, current: Any, before: Any, inputs: dict, after: Any,
@@ -122,21 +128,23 @@ class Stepper:
         """The hooks of one step, as `Application.step` calls them: `current` is the state
         before the step, `before` the one the action is handed (its sequence id advanced)."""
         adapters = self.hooks()
-        hooks = burr_compat.sync_hooks(adapters)  # {hook name: adapters}, as Burr calls them
-        ids = {"app_id": self.ctx.run_id, "partition_key": PARTITION_KEY}
+        pre_call, pre_step, post_step, post_call = self._table
+        app_id, step = self.ctx.run_id, ExecuteMethod.step
         sequence_id = burr_compat.state_values(before)[burr_compat.SEQUENCE_ID]
-        inputs = burr_compat.injected_inputs(self.app, action, inputs, sequence_id, **ids,
-                                             persister=self._persister, adapters=adapters)
-        for hook in hooks.get("pre_run_execute_call", ()):
-            hook.pre_run_execute_call(state=current, method=ExecuteMethod.step, **ids)
-        for hook in hooks.get("pre_run_step", ()):
+        inputs = burr_compat.injected_inputs(self.app, action, inputs, sequence_id, app_id,
+                                             PARTITION_KEY, self._persister, adapters)
+        for hook in pre_call:
+            hook.pre_run_execute_call(state=current, method=step, app_id=app_id,
+                                      partition_key=PARTITION_KEY)
+        for hook in pre_step:
             hook.pre_run_step(action=action, state=before, inputs=inputs, sequence_id=sequence_id,
-                              **ids)
+                              app_id=app_id, partition_key=PARTITION_KEY)
         try:
-            for hook in hooks.get("post_run_step", ()):
+            for hook in post_step:
                 hook.post_run_step(action=action, state=after, result=result,
-                                   sequence_id=sequence_id, exception=exception, **ids)
+                                   sequence_id=sequence_id, exception=exception, app_id=app_id,
+                                   partition_key=PARTITION_KEY)
         finally:  # Burr passes no exception to this one (its wrapper never sets it)
-            for hook in hooks.get("post_run_execute_call", ()):
-                hook.post_run_execute_call(state=after, method=ExecuteMethod.step,
-                                           exception=None, **ids)
+            for hook in post_call:
+                hook.post_run_execute_call(state=after, method=step, exception=None,
+                                           app_id=app_id, partition_key=PARTITION_KEY)

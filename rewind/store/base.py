@@ -271,11 +271,9 @@ class LiveContext(Protocol):
     the state it already knows, and commits state rows together with the step rows."""
 
     pending_states: list
-    new_blobs: dict
+    new_blobs: dict  # {hash: bytes} queued for the next commit; a state row's doc joins it
 
     def state_refs(self, values: dict) -> dict: ...
-
-    def take_new_blobs(self) -> dict: ...
 
     def must_commit(self) -> bool: ...
 

@@ -140,7 +140,7 @@ class BlobRefPersisterMixin:
         values = read(state) if read is not None else state.get_all()  # read, never mutated
         if ctx is not None:
             refs = ctx.state_refs(values)  # one per field but Burr's `__` ones
-            blobs = ctx.take_new_blobs()
+            blobs = ctx.new_blobs  # queued with the step rows this state row goes with
             if (len(values) - len(refs) == 2 and PRIOR_STEP_KEY in values
                     and SEQUENCE_ID_KEY in values):  # the usual two: no walk over the state
                 internal = {PRIOR_STEP_KEY: values[PRIOR_STEP_KEY],
@@ -167,7 +167,6 @@ class BlobRefPersisterMixin:
             # The context commits state rows together with their step rows; cheap steps share
             # a commit, and on_step hears of a step only once its commit is done.
             ctx.pending_states.append(row)
-            ctx.new_blobs.update(blobs)
             if ctx.must_commit():
                 ctx.commit()
             return

@@ -30,9 +30,9 @@ class SQLSteps(SQLBase, StepStore):
         """Insert step rows ({column: value}). Columns no row sets (and no default makes
         non-NULL) are left out of the statement: they are NULL either way, and each column
         named costs every row its binding (a no-edit fork's rows leave 8 of 23 unset)."""
-        cols = [c for c in NODE_COLUMNS
-                if c in _DEFAULTED or any(row.get(c) is not None for row in rows)]
-        self.executemany(insert_sql("nodes", cols), [tuple(row.get(c) for c in cols) for row in rows])
+        present = {k for row in rows for k, v in row.items() if v is not None}
+        cols = [c for c in NODE_COLUMNS if c in present or c in _DEFAULTED]
+        self.executemany(insert_sql("nodes", cols), [tuple(map(row.get, cols)) for row in rows])
 
     def get_node_rows(self, run_id: str, parent_id: Any = False) -> list:
         """A run's step rows in order, inherited steps resolved (see `rows.is_pointer`); pass
