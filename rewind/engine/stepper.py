@@ -117,7 +117,10 @@ class Stepper:
             if self.app is not None:
                 self._hooks = burr_compat.adapter_set(self.app)
             else:
-                self._hooks = burr_compat.hook_set(burr_hooks(self.ctx), self._persister)
+                # Burr's persister hook over this thread's persister, which the routed one
+                # the application is built with hands every save to (steps run on this thread)
+                here = self.ctx.store.persister() if self._persister is not None else None
+                self._hooks = burr_compat.hook_set(burr_hooks(self.ctx), here)
             table = burr_compat.sync_hooks(self._hooks)  # {hook name: adapters}, as Burr calls them
             self._table = tuple(table.get(name, ()) for name in (
                 "pre_run_execute_call", "pre_run_step", "post_run_step", "post_run_execute_call"))
