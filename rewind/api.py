@@ -127,6 +127,9 @@ class Rewind:
             if known is not name_or_pipeline:
                 self.register(name_or_pipeline)
             return name_or_pipeline
+        mine = self._pipelines.get(name_or_pipeline)
+        if mine is not None:  # a handle's own pipeline wins over every other registration
+            return mine
         registry = self.pipelines()
         try:
             return registry[name_or_pipeline]

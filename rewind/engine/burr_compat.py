@@ -11,7 +11,9 @@ from typing import Any, Optional
 from burr.core import State
 from burr.core import application as _app
 from burr.core.application import PRIOR_STEP, SEQUENCE_ID  # noqa: F401  (re-exported)
+from burr.core.persistence import PersisterHook
 from burr.core.typing import DictBasedTypingSystem
+from burr.lifecycle.internal import LifecycleAdapterSet
 
 
 def state_values(state: Any) -> dict:
@@ -79,8 +81,6 @@ def hook_set(hooks: list, persister: Any) -> Any:
     persister)` calls, in its order: `hooks`, Burr's `PersisterHook` over the persister
     (`ApplicationBuilder._set_sync_state_persister`), then the hook `Application.__init__`
     adds to put the tracer factory in context around each step."""
-    from burr.core.persistence import PersisterHook
-
     adapters = _adapter_set([*hooks, PersisterHook(persister)])
     return _adapter_set([*adapters._adapters, _app.TracerFactoryContextHook(adapters)])  # noqa: SLF001
 
@@ -93,9 +93,7 @@ _HOOK_LAYOUTS: dict = {}
 
 def _adapter_set(adapters: list) -> Any:
     """`LifecycleAdapterSet(*adapters)`, its hook tables laid out once per adapter classes."""
-    from burr.lifecycle.internal import LifecycleAdapterSet
-
-    key = tuple(type(a) for a in adapters)
+    key = tuple(map(type, adapters))
     layout = _HOOK_LAYOUTS.get(key)
     if layout is None:
         built = LifecycleAdapterSet(*adapters)
