@@ -17,9 +17,13 @@ from .sql import SQLBase
 _SELECT = f"SELECT {', '.join(RUN_COLUMNS)} FROM runs"
 
 
+_DEFAULTED = frozenset(c.name for c in RUNS.columns if c.default is not None)
+
+
 class SQLRuns(SQLBase, RunStore):
     def insert_run(self, row: dict) -> None:
-        cols = [c for c in RUN_COLUMNS if c in row]
+        # a NULL where no default would apply is what leaving the column out stores
+        cols = [c for c in RUN_COLUMNS if c in row and (row[c] is not None or c in _DEFAULTED)]
         self.execute(insert_sql("runs", cols), [row[c] for c in cols])
 
     def update_run(self, run_id: str, **fields: Any) -> None:
