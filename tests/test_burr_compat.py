@@ -332,3 +332,31 @@ def test_injected_inputs_are_what_burrs_process_inputs_hands_an_action():
     assert isinstance(ours["__tracer"], TracerFactory) and isinstance(burrs["__tracer"], TracerFactory)
     assert burr_compat.injected_inputs(app, act, {}, 3, app_id="app", partition_key="p",
                                        persister=persister, adapters=adapters).keys() == burrs.keys()
+
+
+def test_next_action_is_burrs_choice_with_and_without_conditions():
+    """`next_action` takes an action's first transition at once when its condition is Burr's
+    `default` (which holds on every state); any other first condition goes through Burr's
+    own walk. Both must give what `Graph.get_next_node` gives, on every state."""
+    from burr.core import expr
+    from burr.core.action import default
+
+    @action(reads=["n"], writes=["n"])
+    def up(state: State) -> State:
+        return state.update(n=state["n"] + 1)
+
+    @action(reads=[], writes=[])
+    def done(state: State) -> State:
+        return state
+
+    graph = (GraphBuilder().with_actions(up=up, down=up.bind(), done=done, other=done.bind())
+             .with_transitions(("up", "done", expr("n >= 3")), ("up", "down", default),
+                               ("down", "up"), ("done", "other"))
+             .build())
+    for n in range(5):
+        for prior in ("up", "down", "done", "other", None):
+            state = State({"n": n, **({"__PRIOR_STEP": prior} if prior else {})})
+            want = graph.get_next_node(prior, state, "up")
+            got = burr_compat.next_action(graph, state, "up")
+            assert (got and got.name) == (want and want.name), (n, prior)
+    assert set(burr_compat._unconditional_next(graph)) == {"down", "done"}  # not `up`

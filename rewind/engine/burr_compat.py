@@ -6,6 +6,7 @@ loudly instead of silently changing what Rewind records.
 
 from __future__ import annotations
 
+import weakref
 from typing import Any, Optional
 
 from burr.core import State
@@ -50,7 +51,34 @@ def resumed(loaded: dict, override: Optional[dict], entrypoint: str) -> tuple:
 
 def next_action(graph: Any, state: Any, entrypoint: str) -> Any:
     """The action `Application.get_next_action` would run next on `state`."""
-    return graph.get_next_node(state_values(state).get(PRIOR_STEP), state, entrypoint)
+    prior = state_values(state).get(PRIOR_STEP)
+    if prior is not None:
+        try:
+            unconditional = _UNCONDITIONAL.get(graph)
+            if unconditional is None:
+                unconditional = _UNCONDITIONAL[graph] = _unconditional_next(graph)
+        except TypeError:  # a graph that cannot be weakly keyed: Burr's own walk
+            unconditional = {}
+        got = unconditional.get(prior)
+        if got is not None:
+            return got
+    return graph.get_next_node(prior, state, entrypoint)
+
+
+# graph -> {action: the action after it when its first transition is Burr's `default`}: Burr
+# tries an action's transitions in order and takes the first whose condition holds, and
+# `default` holds on every state (it reads no key); its `run` builds a set of every state key
+_UNCONDITIONAL: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def _unconditional_next(graph: Any) -> dict:
+    from burr.core.action import Condition
+
+    out = {}
+    for name, possibilities in graph._adjacency_map.items():  # noqa: SLF001
+        if possibilities and possibilities[0][1] is Condition.default:
+            out[name] = graph._action_map[possibilities[0][0]]  # noqa: SLF001
+    return out
 
 
 def numbered(state: Any) -> Any:

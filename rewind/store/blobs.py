@@ -218,6 +218,20 @@ class SQLBlobs(SQLBase, BlobStore):
         """Resolve a {field: blob hash} mapping into {field: value}."""
         if not refs:
             return {}
+        memory = self._verified
+        out = {}
+        for k, h in refs.items():  # the usual read (a hit, a fork's start): all kept decoded
+            hit = memory.get(h)
+            if hit is None or type(hit[0]) is bytes:
+                break  # stored, or kept as bytes (decoded per read): get_blobs
+            out[k] = hit[0]
+        else:
+            for h in refs.values():
+                try:
+                    memory.move_to_end(h)  # least recently used goes first
+                except KeyError:  # evicted by another thread meanwhile
+                    pass
+            return out
         blobs = self.get_blobs(refs.values())
         return {k: blobs[h] for k, h in refs.items()}
 
