@@ -6,7 +6,6 @@ loudly instead of silently changing what Rewind records.
 
 from __future__ import annotations
 
-import weakref
 from typing import Any, Optional
 
 from burr.core import State
@@ -53,22 +52,22 @@ def next_action(graph: Any, state: Any, entrypoint: str) -> Any:
     """The action `Application.get_next_action` would run next on `state`."""
     prior = state_values(state).get(PRIOR_STEP)
     if prior is not None:
-        try:
-            unconditional = _UNCONDITIONAL.get(graph)
-            if unconditional is None:
-                unconditional = _UNCONDITIONAL[graph] = _unconditional_next(graph)
-        except TypeError:  # a graph that cannot be weakly keyed: Burr's own walk
-            unconditional = {}
-        got = unconditional.get(prior)
+        known = _UNCONDITIONAL.get(id(graph))
+        if known is None or known[0] is not graph:
+            if len(_UNCONDITIONAL) >= 256:
+                _UNCONDITIONAL.clear()
+            known = _UNCONDITIONAL[id(graph)] = (graph, _unconditional_next(graph))
+        got = known[1].get(prior)
         if got is not None:
             return got
     return graph.get_next_node(prior, state, entrypoint)
 
 
-# graph -> {action: the action after it when its first transition is Burr's `default`}: Burr
-# tries an action's transitions in order and takes the first whose condition holds, and
-# `default` holds on every state (it reads no key); its `run` builds a set of every state key
-_UNCONDITIONAL: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+# id(graph) -> (graph, {action: the action after it when its first transition is Burr's
+# `default`}): Burr tries an action's transitions in order and takes the first whose condition
+# holds, and `default` holds on every state (it reads no key); its `run` builds a set of every
+# state key. (A pipeline builds its graph once; a weak key costs a weakref on every lookup.)
+_UNCONDITIONAL: dict = {}
 
 
 def _unconditional_next(graph: Any) -> dict:

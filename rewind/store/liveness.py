@@ -15,11 +15,20 @@ HEARTBEAT_LEASE_S = 60.0
 HOST = socket.gethostname()
 
 
+# This process's id, kept current by a fork hook (a syscall saved on every statement and run
+# row): a process forked after importing Rewind (a forkserver, gunicorn --preload, a prefork
+# worker) is its own owner, and the parent must not take the child's runs for its own.
+_PID = [os.getpid()]
+os.register_at_fork(after_in_child=lambda: _PID.__setitem__(0, os.getpid()))
+
+
+def current_pid() -> int:
+    return _PID[0]
+
+
 def this_process() -> tuple:
-    """(pid, start time) of the calling process. Asked each time, never kept from import: a
-    process forked after importing Rewind (a forkserver, gunicorn --preload, a prefork worker)
-    is its own owner, and the parent must not take the child's runs for its own."""
-    pid = os.getpid()
+    """(pid, start time) of the calling process (see `_PID`)."""
+    pid = _PID[0]
     started = _started.get(pid)
     if started is None:
         started = _started.setdefault(pid, process_started(pid))

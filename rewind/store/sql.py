@@ -16,13 +16,10 @@ import threading
 from typing import Any, Iterable, Iterator, Sequence
 
 from ..errors import InvalidRequest, StoreError
+from .liveness import current_pid
 
 CHUNK = 500  # ids per IN (...) list
 
-# This process's id, kept current in a forked child by the fork hook: a connection belongs to
-# the process that opened it, and every statement asks (`_slot`) without a syscall each time.
-_PID = [os.getpid()]
-os.register_at_fork(after_in_child=lambda: _PID.__setitem__(0, os.getpid()))
 
 
 def invalid_unicode(e: UnicodeEncodeError) -> InvalidRequest:
@@ -64,7 +61,7 @@ class SQLBase(abc.ABC):
 
     def _slot(self):
         slot = getattr(self._local, "slot", None)
-        if slot is None or slot["pid"] != _PID[0]:
+        if slot is None or slot["pid"] != current_pid():  # a connection is its process's
             connection = self._connect()
             slot = {"pid": os.getpid(), "conn": connection, "persister": None,
                     "thread": threading.current_thread()}
