@@ -371,7 +371,8 @@ def _read_binding(where: tuple) -> Any:
 # state while its own walk is under way is keyed by name, so the walk ends.
 _ACTIVE = threading.local()
 
-# (fn, version) -> (bindings to re-read, the objects they were bound to, digest, units)
+# (fn, version) -> (mapping bindings to re-read, other bindings, digest, units); a binding is
+# kept with the object it was bound to
 _FINGERPRINTS: dict = {}
 
 
@@ -381,7 +382,7 @@ def _fingerprint(fn: Any, version: Optional[str]) -> tuple:
     except TypeError:
         memo = None
     if memo is not None:
-        gets, others = memo[4]
+        gets, others = memo[0], memo[1]
         for mapping, name, o in gets:  # a module's globals, a class's members: no call each
             if mapping.get(name, _MISSING) is not o:
                 break
@@ -409,8 +410,7 @@ def _fingerprint(fn: Any, version: Optional[str]) -> tuple:
     # the re-read of every call, split once: bindings read from a mapping, and the rest
     gets = [(w[1], w[2], o) for w, o in walk.bindings if w[0] in ("g", "d")]
     others = [(w, o) for w, o in walk.bindings if w[0] not in ("g", "d")]
-    memo = ([w for w, _ in walk.bindings], [o for _, o in walk.bindings], digest, units,
-            (gets, others))
+    memo = (gets, others, digest, units)
     try:
         _FINGERPRINTS[(fn, version)] = memo
     except TypeError:

@@ -38,12 +38,10 @@ def burr_inputs(action: Any, inputs: dict) -> Optional[dict]:
     """The inputs Burr's `_process_inputs` hands `action` (less the `__context`/`__tracer` it
     injects, which keys never include), or None where Burr must see them: a reserved `__` name
     or a missing required input, which Burr refuses with its own error."""
-    required, optional = action.optional_and_required_inputs
-    if not inputs:  # the usual visit: no runtime inputs
-        return None if any(not k.startswith("__") for k in required) else {}
     if any(k.startswith("__") for k in inputs):
         return None
-    given = {k: v for k, v in inputs.items() if k in required or k in optional}
+    required, optional = action.optional_and_required_inputs
+    given = {k: v for k, v in inputs.items() if k in required or k in optional} if inputs else {}
     if any(k not in given and not k.startswith("__") for k in required):
         return None
     return given

@@ -123,10 +123,7 @@ class SQLBlobs(SQLBase, BlobStore):
                 missing.append(h)
             else:
                 out[h] = hit[0]
-                try:
-                    memory.move_to_end(h)  # least recently used goes first
-                except KeyError:  # evicted by another thread meanwhile
-                    pass
+                self._touch(h)
         for chunk in (chunks(missing) if missing else ()):
             for h, data in self.query(f"SELECT hash, data FROM blobs WHERE hash IN ({marks(len(chunk))})",
                                       chunk):
@@ -149,6 +146,13 @@ class SQLBlobs(SQLBase, BlobStore):
         kept = value if type(value) in _IMMUTABLE else data
         self._keep(h, kept, len(data))
         return kept
+
+    def _touch(self, h: str) -> None:
+        """A kept blob was used: least recently used goes first."""
+        try:
+            self._verified.move_to_end(h)
+        except KeyError:  # evicted by another thread meanwhile
+            pass
 
     def _keep(self, h: str, kept: Any, size: int) -> None:
         with self._lock:
@@ -177,10 +181,7 @@ class SQLBlobs(SQLBase, BlobStore):
         memory, known = self._verified, self._known
         for h, data in blobs.items():
             if h in known and h in memory:  # a doc every fork writes again: kept already
-                try:
-                    memory.move_to_end(h)
-                except KeyError:  # evicted by another thread meanwhile
-                    pass
+                self._touch(h)
                 continue
             v = values.get(h, serde)
             self._keep(h, v if v is not serde and type(v) in _IMMUTABLE else data, len(data))
@@ -227,10 +228,7 @@ class SQLBlobs(SQLBase, BlobStore):
             out[k] = hit[0]
         else:
             for h in refs.values():
-                try:
-                    memory.move_to_end(h)  # least recently used goes first
-                except KeyError:  # evicted by another thread meanwhile
-                    pass
+                self._touch(h)
             return out
         blobs = self.get_blobs(refs.values())
         return {k: blobs[h] for k, h in refs.items()}

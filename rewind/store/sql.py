@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import abc
 import contextlib
-import os
 import threading
 from typing import Any, Iterable, Iterator, Sequence
 
@@ -63,14 +62,14 @@ class SQLBase(abc.ABC):
         slot = getattr(self._local, "slot", None)
         if slot is None or slot["pid"] != current_pid():  # a connection is its process's
             connection = self._connect()
-            slot = {"pid": os.getpid(), "conn": connection, "persister": None,
+            slot = {"pid": current_pid(), "conn": connection, "persister": None,
                     "thread": threading.current_thread()}
             self._local.slot = slot
             with self._lock:
                 # A server that runs each request on a new thread (Streamlit: one per rerun)
                 # would otherwise keep one open connection per finished thread.
                 dead = [s for s in self._all_connections
-                        if s.get("pid") == os.getpid() and not s["thread"].is_alive()]
+                        if s.get("pid") == current_pid() and not s["thread"].is_alive()]
                 self._all_connections = [s for s in self._all_connections if s not in dead]
                 self._all_connections.append(slot)
             for s in dead:
@@ -109,7 +108,7 @@ class SQLBase(abc.ABC):
     def close(self) -> None:
         """Close this process's connections. A connection inherited across fork() belongs to
         the parent: closing it here would end the parent's session (PostgreSQL's Terminate)."""
-        pid = os.getpid()
+        pid = current_pid()
         with self._lock:
             mine = [s for s in self._all_connections if s.get("pid") == pid]
             self._all_connections = [s for s in self._all_connections if s.get("pid") != pid]
