@@ -251,9 +251,9 @@ class ExecutionContext:
             store.put_blobs(self.new_blobs, served=self.served)
         if self.pending_rows:  # the store writes the columns a step row has (not "_durable")
             store.insert_nodes(self.pending_rows)
-        for row in self.pending_cache:
-            store.cache_put({k: v for k, v in row.items() if not k.startswith("_")},
-                            keep_existing=row.get("_keep_existing", False))
+        if self.pending_cache:
+            store.cache_put_many([({k: v for k, v in row.items() if not k.startswith("_")},
+                                   row.get("_keep_existing", False)) for row in self.pending_cache])
         if self.pending_hits:
             store.cache_hits(self.pending_hits)
         for alarm in self.pending_alarms:

@@ -134,6 +134,10 @@ class CacheStore(abc.ABC):
     def cache_put(self, row: dict, keep_existing: bool = False) -> None: ...
 
     @abc.abstractmethod
+    def cache_put_many(self, entries: Sequence[tuple]) -> None:
+        """`cache_put` of each (row, keep_existing), in order, in as few statements as may be."""
+
+    @abc.abstractmethod
     def cache_hits(self, keys: list) -> None: ...
 
     @abc.abstractmethod

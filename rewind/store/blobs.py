@@ -77,15 +77,9 @@ class SQLBlobs(SQLBase, BlobStore):
             return
         ordered = sorted(blobs)  # one lock order for every writer (PostgreSQL row locks)
         now = time.time()
-        inserted: set = set()
+        present: list = []
         for chunk in chunks(ordered, _COMPARE_CHUNK):
-            values = ", ".join(["(?, ?, ?, ?)"] * len(chunk))
-            inserted.update(r[0] for r in self.query(
-                f"INSERT INTO blobs (hash, data, size, created_at) VALUES {values} "
-                "ON CONFLICT (hash) DO NOTHING RETURNING hash",
-                [x for h in chunk for x in (h, blobs[h], len(blobs[h]), now)],
-            ))
-        present = [h for h in ordered if h not in inserted]
+            present += self._insert_blob_rows(chunk, blobs, now)
         differ = self._differing(present, blobs) if present else []
         if not differ:
             return
@@ -96,6 +90,19 @@ class SQLBlobs(SQLBase, BlobStore):
                              (blobs[h], len(blobs[h]), now, h))
                 with self._lock:
                     self._docs.pop(h, None)
+
+    def _insert_blob_rows(self, chunk: list, blobs: dict, now: float) -> list:
+        """Insert the blobs of `chunk` not stored yet; the hashes that may have been stored
+        before (to be compared). The statement's row count says whether all went in: then
+        none was there (the common case, with no row sent back); else every one is compared,
+        the ones just inserted being equal by construction."""
+        values = ", ".join(["(?, ?, ?, ?)"] * len(chunk))
+        cur = self.execute(
+            f"INSERT INTO blobs (hash, data, size, created_at) VALUES {values} "
+            "ON CONFLICT (hash) DO NOTHING",
+            [x for h in chunk for x in (h, blobs[h], len(blobs[h]), now)],
+        )
+        return [] if cur.rowcount == len(chunk) else list(chunk)
 
     def _differing(self, hashes: list, blobs: dict) -> list:
         """Which of these stored blobs hold other bytes than `blobs` (compared in the database:

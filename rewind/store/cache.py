@@ -16,15 +16,21 @@ from ..errors import IntegrityError, InvalidRequest, NotFound
 from ..hashing import canonical_hash
 from .base import CacheStore
 from .schema import ALARM_COLUMNS, CACHE, CACHE_COLUMNS
-from .sql import SQLBase
+from .sql import SQLBase, chunks
 
 _SELECT = f"SELECT {', '.join(CACHE_COLUMNS)} FROM cache"
 _KEYS_PER_QUERY = 200
+_ROWS_PER_INSERT = 50  # cache rows per INSERT (15 parameters each)
 _STAT_COLS = ("entries", "hits", "tool_entries", "tool_hits", "blobs", "blob_bytes")
 _STAT_FOLD = 500  # cache_stat rows read before they are folded into one
 # the hit counter's statement: it changes no cache entry
 ADD_HITS_SQL = ("UPDATE cache_stat SET hits = hits + ? WHERE id = (SELECT MIN(id) FROM cache_stat)",
                 "INSERT INTO cache_stat (hits) VALUES (?)")  # SQLite (one row), PostgreSQL (a row a statement)
+
+
+# what a new entry for an existing key replaces: all but its key and its hit count
+_REPLACE = "DO UPDATE SET " + ", ".join(
+    f"{c} = excluded.{c}" for c in CACHE_COLUMNS if c not in ("node", "input_hash", "hits"))
 
 
 class SQLCache(SQLBase, CacheStore):
@@ -69,15 +75,29 @@ class SQLCache(SQLBase, CacheStore):
     def cache_put(self, row: dict, keep_existing: bool = False) -> None:
         """Insert a cache entry; replace an existing one unless `keep_existing` (a
         deterministic entry keeps its first output)."""
-        cols = list(CACHE_COLUMNS)
-        updates = ", ".join(
-            f"{c} = excluded.{c}" for c in cols if c not in ("node", "input_hash", "hits")
-        )
-        conflict = "DO NOTHING" if keep_existing else f"DO UPDATE SET {updates}"
+        self.cache_put_many([(row, keep_existing)])
+
+    def cache_put_many(self, entries: Sequence[tuple]) -> None:
+        """`cache_put` of each (row, keep_existing), in order: one statement for the entries
+        that keep an existing one and one for those that replace it, unless a key comes twice
+        (then the order between them matters, and each goes alone)."""
+        keys = [(row["node"], row["input_hash"]) for row, _ in entries]
+        if len(set(keys)) < len(keys):
+            for entry in entries:
+                self._insert_cache_rows([entry[0]], entry[1])
+            return
+        for keep in (True, False):
+            for rows in chunks([row for row, k in entries if bool(k) is keep], _ROWS_PER_INSERT):
+                self._insert_cache_rows(rows, keep)
+
+    def _insert_cache_rows(self, rows: list, keep_existing: bool) -> None:
+        cols = CACHE_COLUMNS
+        conflict = "DO NOTHING" if keep_existing else _REPLACE
+        values = ", ".join([f"({', '.join('?' * len(cols))})"] * len(rows))
         self.execute(
-            f"INSERT INTO cache ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))}) "
+            f"INSERT INTO cache ({', '.join(cols)}) VALUES {values} "
             f"ON CONFLICT (node, input_hash) {conflict}",
-            [row.get(c, 0 if c == "hits" else None) for c in cols],
+            [row.get(c, 0 if c == "hits" else None) for row in rows for c in cols],
         )
 
     def cache_hits(self, keys: list) -> None:

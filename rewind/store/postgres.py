@@ -217,6 +217,17 @@ class PostgresStore(SQLStore):
         except (UnicodeEncodeError, psycopg2.DataError) as e:
             raise _refused(e) from None
 
+    def _insert_blob_rows(self, chunk: list, blobs: dict, now: float) -> list:
+        # writes here are held to travel with the next statement, and a held INSERT has no row
+        # count: RETURNING names the rows it inserted
+        values = ", ".join(["(?, ?, ?, ?)"] * len(chunk))
+        inserted = {r[0] for r in self.query(
+            f"INSERT INTO blobs (hash, data, size, created_at) VALUES {values} "
+            "ON CONFLICT (hash) DO NOTHING RETURNING hash",
+            [x for h in chunk for x in (h, blobs[h], len(blobs[h]), now)],
+        )}
+        return [h for h in chunk if h not in inserted]
+
     def _differing(self, hashes: list, blobs: dict) -> list:
         # by digest: the stored bytes are hashed where they are, only hex digests travel
         differ: list = []
