@@ -31,6 +31,7 @@ from typing import Any, Callable, Optional
 
 from . import hashing
 from .bytecode import code_text as _code_text, names_used as _names_used, scan as _scan
+from .objectparts import PARTS_DEPTH, PARTS_MAX, parts_of
 from .codeorigin import (  # noqa: F401  (re-exported: hashing keys params with them)
     FRAMEWORK, PACKAGE, STDLIB, USER, distribution_of, module_kind, type_name, version_of,
 )
@@ -89,6 +90,8 @@ class _Walk:
         self.bindings: list = []
         self.seen: set = set()
         self.visited: list = []
+        self.depth = 0  # of `visit_parts` within itself
+        self.parts_left = PARTS_MAX
 
     # the legacy layer, exactly as it always was
     def legacy_visit(self, f: Any) -> None:
@@ -129,6 +132,8 @@ class _Walk:
 
     # the reach layer
     def extend(self) -> None:
+        for f in self.visited[1:]:  # the node's own defaults are its params, keyed as such
+            self.add_defaults(f)
         for f in list(self.visited):
             if isinstance(f, type):
                 self.visit_class(f, own_source=False)
@@ -160,6 +165,7 @@ class _Walk:
             return
         self.seen.add(id(f))
         self.add(_unit(f), _code_text(f))
+        self.add_defaults(f)
         code = getattr(f, "__code__", None)
         if code is None:
             return
@@ -167,6 +173,17 @@ class _Walk:
             self.bindings.append((where, value))
             self.reach_value(value, unit)
         self.scan_code(f, code)
+
+    def add_defaults(self, f: Any) -> None:
+        """A user helper's default argument values: bound when its `def` ran (`p=PROMPT`), so
+        its source does not say what they are."""
+        if not inspect.isfunction(f) or module_kind(f.__module__ or "") != USER:
+            return
+        unit = _unit(f)
+        for i, value in enumerate(f.__defaults__ or ()):
+            self.reach_value(value, f"{unit}.<default {i}>")
+        for name in sorted(f.__kwdefaults__ or {}):
+            self.reach_value(f.__kwdefaults__[name], f"{unit}.<default {name}>")
 
     def visit_class(self, cls: type, own_source: bool = True) -> None:
         """A class's methods (and what they use), class attributes and user-code bases; an
@@ -230,6 +247,10 @@ class _Walk:
             self.reach_value(value.__func__, unit)
             self.visit_bound(value)
             return
+        wrapped = getattr(value, "__wrapped__", None) if callable(value) else None
+        if wrapped is not None and not isinstance(value, type) and not inspect.isfunction(value):
+            self.reach_value(wrapped, unit)  # functools.cache / lru_cache: the function inside
+            return
         if inspect.isfunction(value) or inspect.isbuiltin(value) or isinstance(value, type):
             kind = module_kind(getattr(value, "__module__", None) or "")
             if kind == USER:
@@ -255,6 +276,31 @@ class _Walk:
             self.visit_class(t)
         elif kind == PACKAGE:
             self.add_package(t.__module__)
+            return  # an installed package's object: its version says which code made it
+        self.visit_parts(value, unit)
+
+    def visit_parts(self, value: Any, unit: str) -> None:
+        """A value with no canonical encoding, by its parts: a container's items, an object's
+        attributes (or `rewind_key`), else what it pickles as (`re.compile`'s pattern and
+        flags, a `string.Template`'s text). What has none of these is known by its type."""
+        if id(value) in self.seen or self.depth >= PARTS_DEPTH or self.parts_left <= 0:
+            return
+        if not self.depth and module_kind(unit.partition(".")[0]) == FRAMEWORK:
+            return  # Rewind's own constants change only with an upgrade, which keeps caches
+        self.seen.add(id(value))
+        self.depth += 1
+        try:
+            if module_kind(type(value).__module__ or "") == USER:
+                key = getattr(value, "rewind_key", None)
+                if key is not None:  # the object says what it is (hashing.param_hash honours it too)
+                    self.add(f"{unit}.rewind_key", hashing.param_hash(key() if callable(key) else key, unit))
+                    return
+            parts = parts_of(value)[: self.parts_left]
+            self.parts_left -= len(parts)
+            for name, part in parts:
+                self.reach_value(part, f"{unit}{name}")
+        finally:
+            self.depth -= 1
 
     def scan_code(self, f: Any, code: types.CodeType) -> None:
         chains, imports = _scan(code)

@@ -1,0 +1,166 @@
+"""Code a node reaches through values, not names: an edit there is a miss in a new process.
+
+Found by running plain Burr beside Rewind on code nobody here wrote: a helper's default
+argument bound to a constant (`def f(x, p=PROMPT)`), a compiled regex, a `string.Template`, a
+configured instance of a user class, a dict of functions, and helpers wrapped by
+`functools.cache` / `lru_cache` were all served stale after an edit, because the fingerprint
+knew such values only by their type. Each case runs a one-node pipeline twice, each time in a
+fresh process against one database, editing one module in between; plain Burr computes the
+new value, and so must Rewind. Unchanged code hits in a new process (no spelling holds a
+process's own addresses)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+DRIVER = textwrap.dedent('''
+    import json, sys
+    sys.path.insert(0, sys.argv[2])
+    import rewind, acts
+    from burr.core import ApplicationBuilder
+    from burr.core.graph import GraphBuilder
+    graph = GraphBuilder().with_actions(a=acts.a).build()
+    with rewind.Rewind(sys.argv[1]) as rw:
+        run = rw.run(rewind.Pipeline(name="p", graph=graph, entrypoint="a"), {"x": "hello"})
+        ours = rw.state_at(run.steps[0])["y"]
+    app = ApplicationBuilder().with_graph(graph).with_entrypoint("a").with_state(x="hello").build()
+    app.run(halt_after=["a"])
+    print(json.dumps([str(run.steps[0].status), ours, app.state["y"]]))
+''')
+
+ACTS = '''from burr.core import action
+import helpers
+{own}
+
+@action(reads=["x"], writes=["y"])
+def a(state):
+    return state.update(y={expr})
+'''
+
+_CLASS = "class F:\n    def __init__(self, p):\n        self.p = p\n    def render(self, x):\n        return self.p + x\n"
+
+# name: (the node's expression, helpers.py before, after, a line of the node's module before, after)
+CASES = {
+    "a helper's default argument": (
+        'helpers.f(state["x"])',
+        'P = "v1"\ndef f(x, p=P):\n    return p + x\n', 'P = "v2"\ndef f(x, p=P):\n    return p + x\n', "", ""),
+    "a keyword-only default": (
+        'helpers.f(state["x"])',
+        'P = "v1"\ndef f(x, *, p=P):\n    return p + x\n', 'P = "v2"\ndef f(x, *, p=P):\n    return p + x\n', "", ""),
+    "a compiled regex in another module": (
+        'helpers.PAT.sub("Z", state["x"])',
+        'import re\nPAT = re.compile("l")\n', 'import re\nPAT = re.compile("e")\n', "", ""),
+    "a string.Template": (
+        'helpers.T.substitute(v=state["x"])',
+        'import string\nT = string.Template("v1 $v")\n', 'import string\nT = string.Template("v2 $v")\n', "", ""),
+    "a configured instance of a user class": (
+        'helpers.FMT.render(state["x"])', _CLASS + 'FMT = F("v1")\n', _CLASS + 'FMT = F("v2")\n', "", ""),
+    "a dict of functions": (
+        'helpers.H["k"](state["x"])',
+        'def g(x):\n    return "v1" + x\nH = {"k": g}\n', 'def g(x):\n    return "v2" + x\nH = {"k": g}\n', "", ""),
+    "a functools.lru_cache helper": (
+        'helpers.g(state["x"])',
+        'import functools\n@functools.lru_cache\ndef g(x):\n    return "v1" + x\n',
+        'import functools\n@functools.lru_cache\ndef g(x):\n    return "v2" + x\n', "", ""),
+    "a compiled regex in the node's module": (
+        'PAT.sub("Z", state["x"])', "", "", 'import re\nPAT = re.compile("l")', 'import re\nPAT = re.compile("e")'),
+    "an instance made in the node's module": (
+        'FMT.render(state["x"])', _CLASS, _CLASS, 'FMT = helpers.F("v1")', 'FMT = helpers.F("v2")'),
+    "a functools.cache helper in the node's module": (
+        'g(state["x"])', "", "",
+        'import functools\n@functools.cache\ndef g(x):\n    return "v1" + x',
+        'import functools\n@functools.cache\ndef g(x):\n    return "v2" + x'),
+    "a dict of functions in the node's module": (
+        'H["k"](state["x"])', "", "",
+        'def g(x):\n    return "v1" + x\nH = {"k": g}', 'def g(x):\n    return "v2" + x\nH = {"k": g}'),
+    "a slotted instance": (
+        'helpers.FMT.render(state["x"])',
+        'class F:\n    __slots__ = ("p",)\n    def __init__(self, p):\n        self.p = p\n'
+        '    def render(self, x):\n        return self.p + x\nFMT = F("v1")\n',
+        'class F:\n    __slots__ = ("p",)\n    def __init__(self, p):\n        self.p = p\n'
+        '    def render(self, x):\n        return self.p + x\nFMT = F("v2")\n', "", ""),
+}
+
+
+def _run(project, db, helpers: str, own: str, expr: str) -> list:
+    with open(os.path.join(project, "helpers.py"), "w") as f:
+        f.write(helpers)
+    with open(os.path.join(project, "acts.py"), "w") as f:
+        f.write(ACTS.format(own=own, expr=expr))
+    env = dict(os.environ, PYTHONPATH=ROOT, PYTHONDONTWRITEBYTECODE="1")
+    out = subprocess.run([sys.executable, os.path.join(project, "driver.py"), db, project],
+                         capture_output=True, text=True, cwd=project, env=env, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+@pytest.fixture
+def project(tmp_path):
+    (tmp_path / "driver.py").write_text(DRIVER)
+    return str(tmp_path)
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_an_edit_reached_through_a_value_is_a_miss_in_a_new_process(project, case):
+    expr, before, after, own_before, own_after = CASES[case]
+    db = os.path.join(project, "rewind.db")
+    status, ours, burrs = _run(project, db, before, own_before, expr)
+    assert status == "executed" and ours == burrs
+    status, ours, burrs = _run(project, db, before, own_before, expr)
+    assert status == "cached" and ours == burrs  # unchanged code: the same key in a new process
+    status, ours, burrs = _run(project, db, after, own_after, expr)
+    assert status == "executed", f"{case}: the edited code was served from the cache"
+    assert ours == burrs
+
+
+def test_objects_with_process_bound_parts_still_hit_in_a_new_process(project):
+    """A lock, a logger and an open file in a user object are known by their type; the rest of
+    the object by its values: an unchanged object is the same key in every process."""
+    helpers = textwrap.dedent('''\
+        import logging, re, sys, threading
+        class Client:
+            def __init__(self, name):
+                self.lock = threading.Lock()
+                self.log = logging.getLogger("client")
+                self.out = sys.stdout
+                self.pattern = re.compile("l+")
+                self.name = name
+            def render(self, x):
+                return self.name + self.pattern.sub("L", x)
+        CLIENT = Client("v1")
+    ''')
+    db = os.path.join(project, "rewind.db")
+    expr = 'helpers.CLIENT.render(state["x"])'
+    assert _run(project, db, helpers, "", expr)[0] == "executed"
+    status, ours, burrs = _run(project, db, helpers, "", expr)
+    assert status == "cached" and ours == burrs == "v1heLo"
+    status, ours, burrs = _run(project, db, helpers.replace('Client("v1")', 'Client("v2")'), "", expr)
+    assert status == "executed" and ours == burrs == "v2heLo"
+
+
+def test_a_huge_object_graph_costs_a_bounded_walk():
+    """A value of many parts is followed only so far: the fingerprint stays quick to compute."""
+    import time
+
+    from rewind.fingerprint import code_fingerprint
+
+    class Node:
+        def __init__(self, i):
+            self.i, self.children = i, []
+
+    root = Node(0)
+    root.children = [Node(i) for i in range(200_000)]
+    glob = {"ROOT": root, "__name__": "user_module_for_a_test"}
+    exec("def node(x):\n    return ROOT.i + x\n", glob)
+    t0 = time.process_time()
+    first = code_fingerprint(glob["node"])
+    assert time.process_time() - t0 < 10  # bounded by _PARTS_MAX, not by 200,000 objects
+    assert first == code_fingerprint(glob["node"])
