@@ -2,15 +2,33 @@
 
 from __future__ import annotations
 
+import os
+
+from ..errors import InvalidRequest
 from .inputs import json_object, read_text
 from .runs import open_rewind, resolve_pipeline
 
 EXIT_OK = 0
 
 
+def check_dir(path: str, flag: str) -> None:
+    """Refuse a directory to write into that is a file, or lies under one, before any work."""
+    here = os.path.abspath(path)
+    while not os.path.lexists(here) and here != os.path.dirname(here):
+        here = os.path.dirname(here)
+    if os.path.isdir(here):
+        return
+    if here == os.path.abspath(path):
+        raise InvalidRequest(f"{flag} {path} exists and is not a directory; give a directory "
+                             "to write into (it is created if missing)", field=flag)
+    raise InvalidRequest(f"{flag} {path} cannot be created: {here} is not a directory",
+                         field=flag)
+
+
 def cmd_export_burr(args, out) -> int:
     from ..integrations.burr_tracking import export_burr
 
+    check_dir(args.dir, "--dir")
     with open_rewind(args) as rw:
         paths = export_burr(rw, args.run, args.dir, project=args.project,
                             lineage=not args.no_lineage)

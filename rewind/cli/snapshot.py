@@ -20,7 +20,9 @@ MAX_REPEATS = 1000
 
 def cmd_snapshot(args, out) -> int:
     from ..testing import snapshot
+    from ..testing.format import destination
 
+    destination(args.to, "--to")  # before the audit's work, not after it
     with open_rewind(args) as rw:
         if args.pipeline:  # where the pipeline lives also registers it for this command
             rw.register(resolve_pipeline(rw, args.pipeline))
@@ -53,7 +55,8 @@ def add_commands(add) -> None:
     sp = add("snapshot", cmd_snapshot,
              "write a run as a snapshot file that pytest replays as a regression test", quiet=True)
     sp.add_argument("run", metavar="RUN")
-    sp.add_argument("--to", required=True, metavar="PATH", help="the snapshot file to write")
+    sp.add_argument("--to", required=True, metavar="PATH", help="the snapshot file to write (a symlink is followed; a directory, "
+                         "FIFO or device is refused)")
     sp.add_argument("--repeats", type=int_in(0, MAX_REPEATS), default=3, metavar="K",
                     help="re-execute each step K times to find nondeterministic nodes (default 3; "
                          "0: no audit)")

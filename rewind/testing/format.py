@@ -27,8 +27,10 @@ Nothing that changes from one recording to the next without a change of behaviou
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -66,14 +68,62 @@ def dumps(doc: dict) -> str:
     return json.dumps(doc, sort_keys=True, indent=2, ensure_ascii=False, allow_nan=False) + "\n"
 
 
+def destination(path: Any, what: str = "path") -> Path:
+    """The file a snapshot at `path` is written to: a symlink is followed to its target, and a
+    target that exists but is not a regular file (a directory, FIFO, device) is refused, as is
+    a parent that is not a directory. Cheap, so callers check before the audit's work."""
+    target = Path(os.path.realpath(os.fspath(path)))
+    try:
+        st = os.lstat(target)
+    except (FileNotFoundError, NotADirectoryError):  # NotADirectory: the parent check names it
+        st = None
+    except OSError as e:
+        raise InvalidRequest(f"{what} {os.fspath(path)}: cannot use it ({e.strerror or e})",
+                             field=what) from None
+    if st is not None and not stat.S_ISREG(st.st_mode):
+        kind = "a directory" if stat.S_ISDIR(st.st_mode) else "not a regular file"
+        raise InvalidRequest(f"{what} {os.fspath(path)} is {kind}; give the path of a snapshot "
+                             "file (e.g. tests/rewind/NAME.json)", field=what)
+    parent = target.parent
+    while not os.path.lexists(parent) and parent != parent.parent:
+        parent = parent.parent
+    if not os.path.isdir(parent):
+        raise InvalidRequest(f"{what} {os.fspath(path)} cannot be created: {parent} is not a "
+                             "directory", field=what)
+    return target
+
+
 def write(doc: dict, path: Any) -> Path:
-    """Write atomically (a crash never leaves half a snapshot); returns the path."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(dumps(doc), encoding="utf-8")
-    os.replace(tmp, path)
-    return path
+    """Write atomically (a crash never leaves half a snapshot); returns the path. A symlink at
+    `path` is followed; a directory, FIFO or device there is refused (`destination`)."""
+    target = destination(path)
+    text = dumps(doc).encode("utf-8")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_name(target.name + ".tmp")
+    fd = _create(tmp)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(text)
+        destination(target)  # os.replace would put a regular file over whatever appeared since
+        os.replace(tmp, target)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    return Path(path)
+
+
+def _create(tmp: Path) -> int:
+    # O_EXCL|O_NOFOLLOW: a symlink or FIFO planted at the temporary name is never written through
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
+    try:
+        return os.open(tmp, flags, 0o666)
+    except FileExistsError:
+        if os.path.isdir(tmp) and not os.path.islink(tmp):
+            raise InvalidRequest(f"{tmp} is a directory; remove it to write the snapshot",
+                                 field="path") from None
+        os.unlink(tmp)  # left by a crashed write (unlink removes a link, not its target)
+        return os.open(tmp, flags, 0o666)
 
 
 def is_snapshot_file(path: Any) -> bool:

@@ -1,0 +1,137 @@
+"""CLI hardening, second round: where a command writes (snapshot --to, export-burr --dir), which
+database a flag names (--db), and what listings, help and reports say (runs --status halted,
+pipelines, serve-llm on 0.0.0.0, batch's outcome fields). In-process against SQLite files in
+tmp_path, like tests/test_cli.py; bad input is one line and exit 2, checked before any work."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import re
+
+import pytest
+
+import rewind
+import rewind.testing
+from rewind import llm_server
+from rewind.cli import main
+from rewind.testing import format as snapshot_format
+
+from test_cli import RUN_ID, Cli, one_error_line
+
+
+def run_main(*argv: str):
+    """(exit code, stdout, stderr) of `rewind ARGV` with no --db added."""
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main(list(argv))
+    return code, out.getvalue(), err.getvalue()
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory):
+    """(cli, the id of a completed demo run, the id of a halted one)."""
+    tmp = tmp_path_factory.mktemp("hardening")
+    cli = Cli(tmp)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("REWIND_OUTBOX", str(tmp / "outbox"))
+        p = cli("demo", "-q")
+        assert p.returncode == 0, p.stderr
+        from rewind.pipelines.research import pipeline
+
+        with rewind.Rewind(str(cli.db)) as rw:
+            halted = rw.run(pipeline, dict(pipeline.sample_state), halt_after=["plan"])
+    assert halted.status == "halted"
+    return cli, RUN_ID.search(p.stdout).group(1), halted.id
+
+
+@pytest.fixture
+def no_audit(monkeypatch):
+    """Fails the test if the snapshot's work (the run's capture and audit) is started."""
+    def boom(*a, **k):
+        raise AssertionError("the snapshot was taken before its destination was checked")
+
+    monkeypatch.setattr(rewind.testing, "snapshot_run", boom)
+
+
+# --- snapshot --to ------------------------------------------------------------------------------
+
+def test_snapshot_to_a_symlink_writes_its_target_and_keeps_the_link(demo, tmp_path):
+    cli, run_id, _ = demo
+    target, link = tmp_path / "real.json", tmp_path / "link.json"
+    link.symlink_to(target)
+    p = cli("snapshot", run_id, "--to", str(link), "--repeats", "0", "-q")
+    assert p.returncode == 0, p.stderr
+    assert link.is_symlink() and os.readlink(link) == str(target)
+    assert snapshot_format.is_snapshot_file(target)
+    assert sorted(os.listdir(tmp_path)) == ["link.json", "real.json"]  # no .tmp left
+
+
+def test_snapshot_to_a_fifo_is_refused_before_any_work(demo, tmp_path, no_audit):
+    cli, run_id, _ = demo
+    fifo = tmp_path / "pipe.json"
+    os.mkfifo(fifo)
+    p = cli("snapshot", run_id, "--to", str(fifo), "-q")
+    assert p.returncode == 2
+    err = one_error_line(p)
+    assert "--to" in err and "not a regular file" in err
+    assert fifo.is_fifo() and os.listdir(tmp_path) == ["pipe.json"]
+    # a symlink to it is followed, so refused too
+    (tmp_path / "via.json").symlink_to(fifo)
+    p = cli("snapshot", run_id, "--to", str(tmp_path / "via.json"), "-q")
+    assert p.returncode == 2 and "not a regular file" in one_error_line(p)
+    assert fifo.is_fifo()
+
+
+def test_snapshot_to_a_directory_is_refused_before_any_work_and_leaves_nothing(demo, tmp_path,
+                                                                             no_audit):
+    cli, run_id, _ = demo
+    folder = tmp_path / "snaps"
+    folder.mkdir()
+    p = cli("snapshot", run_id, "--to", str(folder), "-q")
+    assert p.returncode == 2
+    err = one_error_line(p)
+    assert "--to" in err and "is a directory" in err and "IsADirectoryError" not in err
+    assert os.listdir(tmp_path) == ["snaps"] and os.listdir(folder) == []
+
+
+def test_snapshot_under_a_file_is_refused_before_any_work(demo, tmp_path, no_audit):
+    cli, run_id, _ = demo
+    (tmp_path / "plain").write_text("x")
+    for to in ("plain/x.json", "plain/deeper/x.json"):
+        p = cli("snapshot", run_id, "--to", str(tmp_path / to), "-q")
+        assert p.returncode == 2
+        err = one_error_line(p)
+        assert "--to" in err and "is not a directory" in err and "FileExistsError" not in err
+    assert os.listdir(tmp_path) == ["plain"] and (tmp_path / "plain").read_text() == "x"
+
+
+def test_write_refuses_what_is_not_a_file_and_never_writes_through_a_planted_tmp(tmp_path):
+    doc = {"format": snapshot_format.FORMAT, "version": snapshot_format.VERSION}
+    fifo = tmp_path / "f.json"
+    os.mkfifo(fifo)
+    with pytest.raises(rewind.InvalidRequest, match="not a regular file"):
+        snapshot_format.write(doc, fifo)
+    assert fifo.is_fifo()
+    # a symlink at the temporary name is replaced, not followed
+    victim = tmp_path / "victim"
+    victim.write_text("keep")
+    (tmp_path / "s.json.tmp").symlink_to(victim)
+    snapshot_format.write(doc, tmp_path / "s.json")
+    assert victim.read_text() == "keep"
+    assert snapshot_format.is_snapshot_file(tmp_path / "s.json")
+    assert not os.path.lexists(tmp_path / "s.json.tmp")
+
+
+# --- export-burr --dir --------------------------------------------------------------------------
+
+def test_export_burr_into_a_file_exits_2_naming_dir(demo, tmp_path):
+    cli, run_id, _ = demo
+    (tmp_path / "plain").write_text("x")
+    for d in ("plain", "plain/sub"):
+        p = cli("export-burr", run_id, "--dir", str(tmp_path / d))
+        assert p.returncode == 2
+        err = one_error_line(p)
+        assert "--dir" in err and "not a directory" in err and "NotADirectoryError" not in err
+    assert os.listdir(tmp_path) == ["plain"]
