@@ -11,12 +11,12 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from rewind.costs import run_costs, step_dollars
+from rewind.models import RUN_STATUSES  # the Status filter: every RunStatus, halted included
 
 from . import fmt
 from .graph import STATUS_COLORS
 from .steps import numbered
 
-RUN_STATUSES = ("running", "completed", "failed", "interrupted")
 ALL = "(all)"
 PAGE_SIZES = (25, 50, 100, 200)
 MAX_CHILDREN = 30

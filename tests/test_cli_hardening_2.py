@@ -135,3 +135,20 @@ def test_export_burr_into_a_file_exits_2_naming_dir(demo, tmp_path):
         err = one_error_line(p)
         assert "--dir" in err and "not a directory" in err and "NotADirectoryError" not in err
     assert os.listdir(tmp_path) == ["plain"]
+
+
+# --- statuses, help, listings ---------------------------------------------------------------------
+
+def test_runs_filters_by_every_run_status_halted_included(demo):
+    cli, run_id, halted_id = demo
+    p = cli("runs", "--status", "halted")
+    assert p.returncode == 0, p.stderr
+    assert re.search(rf"^{halted_id}\s+research\s+halted\b", p.stdout, re.M), p.stdout
+    assert run_id not in p.stdout
+    for status in rewind.RunStatus:  # the flag's choices are the enum, whatever it grows
+        assert cli("runs", "--status", status.value).returncode == 0, status
+
+
+def test_resume_help_mentions_halted_runs(capsys):
+    assert main(["resume", "--help"]) == 0
+    assert "halted" in capsys.readouterr().out

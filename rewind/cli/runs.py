@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any, Callable, Optional
 
 from ..errors import InvalidRequest
+from ..models import RUN_STATUSES
 from .inputs import parse_state
 from .output import (
     cut, dumps, fmt_ms, fmt_ts, print_outputs, print_run, print_run_details, progress_for,
@@ -13,7 +14,7 @@ from .output import (
 from .parser import int_in, text_up_to
 
 EXIT_OK, EXIT_FAILED = 0, 1
-STATUSES = ("running", "completed", "failed", "interrupted")
+STATUSES = RUN_STATUSES  # one list, rewind.RunStatus: a new status is filterable everywhere
 MAX_ROWS = 10**9
 
 
@@ -168,7 +169,9 @@ def add_commands(add) -> None:
     sp.add_argument("--outputs", action="store_true", help="print each step's outputs")
     sp.add_argument("--full", action="store_true", help="with --outputs: do not truncate")
 
-    sp = add("resume", cmd_resume, "continue an interrupted or failed run", quiet=True)
+    sp = add("resume", cmd_resume,
+             "continue a halted, interrupted or failed run in place (a halted run: the next turn)",
+             quiet=True)
     sp.add_argument("run", metavar="RUN")
 
     add("pipelines", cmd_pipelines, "list registered pipelines")
