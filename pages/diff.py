@@ -26,7 +26,27 @@ if link:
     if link.get("b"):
         st.session_state[selection.DIFF_B] = link["b"]
 
-if not st.session_state.get(selection.DIFF_A) or not st.session_state.get(selection.DIFF_B):
+
+def _partner(run_id: str, want: str) -> str | None:
+    """The run to set beside `run_id` when a link names one side only: for B, its newest fork;
+    for A, the run it was forked from; else the newest other run."""
+    run = core.find_run(run_id)
+    if run is not None:
+        if want == "b":
+            kids = core.lineage(run_id)["children"]
+            if kids:
+                return kids[-1]["id"]
+        elif run.parent_id and core.visible(run.parent_id):
+            return run.parent_id
+    return next((r["id"] for r in core.runs_page(limit=2) if r["id"] != run_id), None)
+
+
+have_a, have_b = st.session_state.get(selection.DIFF_A), st.session_state.get(selection.DIFF_B)
+if have_a and not have_b:  # a link with only a= keeps that A (a default pair would replace it)
+    st.session_state[selection.DIFF_B] = _partner(have_a, "b")
+elif have_b and not have_a:
+    st.session_state[selection.DIFF_A] = _partner(have_b, "a")
+elif not have_a and not have_b:
     forks = core.runs_page(forks_only=True, limit=1)
     a0, b0 = view.default_pair(forks[0] if forks else None, [] if forks else core.runs_page(limit=2))
     if a0 and b0:

@@ -70,6 +70,28 @@ def opened(query: dict) -> AppTest:
     return at
 
 
+def test_diff_link_with_only_a_keeps_a_and_pairs_it_with_its_fork(runs):
+    old, other, other_fork, fork = runs
+    at = opened({"a": other.id})
+    assert at.session_state["diff_a"] == other.id
+    assert at.session_state["diff_b"] == other_fork.id
+    assert at.query_params["a"] == other.id and at.query_params["b"] == other_fork.id  # shareable
+
+
+def test_diff_link_with_only_b_keeps_b_and_pairs_it_with_its_parent(runs):
+    old, other, other_fork, fork = runs
+    at = opened({"b": other_fork.id})
+    assert at.session_state["diff_a"] == other.id
+    assert at.session_state["diff_b"] == other_fork.id
+
+
+def test_diff_link_with_only_a_to_a_run_without_forks_keeps_a(runs):
+    old, other, other_fork, fork = runs
+    at = opened({"a": other_fork.id})  # no fork of its own: the newest other run
+    assert at.session_state["diff_a"] == other_fork.id
+    assert at.session_state["diff_b"] == fork.id
+
+
 def test_runs_page_status_filter_offers_every_run_status(rw):
     at = AppTest.from_file(APP, default_timeout=TIMEOUT)
     at.run()
