@@ -152,3 +152,15 @@ def test_runs_filters_by_every_run_status_halted_included(demo):
 def test_resume_help_mentions_halted_runs(capsys):
     assert main(["resume", "--help"]) == 0
     assert "halted" in capsys.readouterr().out
+
+
+def test_pipelines_reports_each_broken_entry_on_stderr(demo, monkeypatch):
+    cli, _, _ = demo
+    monkeypatch.setenv("REWIND_PIPELINES", "nope:x, alsonope_mod:y")
+    p = cli("pipelines")
+    assert p.returncode == 0, p.stderr
+    assert re.search(r"^research\s+plan\b", p.stdout, re.M)
+    lines = p.stderr.strip().splitlines()
+    assert len(lines) == 2, p.stderr
+    assert "'nope:x'" in lines[0] and "'alsonope_mod:y'" in lines[1]
+    assert all(line.startswith("rewind: warning: REWIND_PIPELINES entry") for line in lines)

@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
+import sys
 from typing import Any, Callable, Optional
 
 from ..errors import InvalidRequest
 from ..models import RUN_STATUSES
 from .inputs import parse_state
 from .output import (
-    cut, dumps, fmt_ms, fmt_ts, print_outputs, print_run, print_run_details, progress_for,
-    run_to_json, shown, table,
+    cut, dumps, fmt_ms, fmt_ts, one_line, print_outputs, print_run, print_run_details,
+    progress_for, run_to_json, shown, table,
 )
 from .parser import int_in, text_up_to
 
@@ -136,6 +137,11 @@ def cmd_resume(args, out) -> int:
 def cmd_pipelines(args, out) -> int:
     with open_rewind(args) as rw:
         registry = rw.pipelines()
+        broken = dict(rw.pipeline_errors)
+    # the listing still answers, so exit 0; but a typo in REWIND_PIPELINES must not pass unseen
+    for entry, why in broken.items():
+        print(f"rewind: warning: REWIND_PIPELINES entry {entry!r} was not loaded: {one_line(why)}",
+              file=sys.stderr)
     rows = [(name, p.entrypoint, " → ".join(p.actions), cut(p.description, 50))
             for name, p in sorted(registry.items())]
     print(table(("name", "entrypoint", "nodes", "description"), rows), file=out)
