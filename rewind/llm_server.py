@@ -21,6 +21,7 @@ from typing import Optional
 from . import sim
 
 MAX_BODY = 32 * 1024 * 1024
+WILDCARD_HOSTS = ("0.0.0.0", "::", "")
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -99,7 +100,7 @@ class SimulatorServer(ThreadingHTTPServer):
     @property
     def base_url(self) -> str:
         host, port = self.server_address[:2]
-        if host in ("0.0.0.0", "::", ""):
+        if host in WILDCARD_HOSTS:
             host = "127.0.0.1"
         return f"http://{host}:{port}/v1"
 
@@ -121,6 +122,18 @@ def make_server(host: str = "127.0.0.1", port: int = 8000, *, verbose: bool = Fa
     return SimulatorServer((host, port), handler)
 
 
+def listening_message(server: SimulatorServer) -> str:
+    """What `serve` prints: a wildcard host is said to be every interface, since base_url (for
+    clients on this machine) names loopback and would hide that the port is open to others."""
+    host, port = server.server_address[:2]
+    if host in WILDCARD_HOSTS:
+        return (f"Rewind LLM simulator listening on {host or '0.0.0.0'}:{port} (all interfaces); "
+                f"clients on this machine use {server.base_url}  "
+                f"(export OPENAI_BASE_URL={server.base_url})")
+    return (f"Rewind LLM simulator listening on {server.base_url}  "
+            f"(export OPENAI_BASE_URL={server.base_url})")
+
+
 def serve(
     host: str = "127.0.0.1",
     port: int = 8000,
@@ -134,8 +147,7 @@ def serve(
         sim.set_latency(latency_ms)
     server = make_server(host, port, verbose=verbose)
     sim.warm()  # load the tokenizer before the first request, not during it
-    print(f"Rewind LLM simulator listening on {server.base_url}  "
-          f"(export OPENAI_BASE_URL={server.base_url})", file=sys.stderr, flush=True)
+    print(listening_message(server), file=sys.stderr, flush=True)
     if ready_event is not None:
         ready_event.set()
     try:

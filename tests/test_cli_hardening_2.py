@@ -164,3 +164,16 @@ def test_pipelines_reports_each_broken_entry_on_stderr(demo, monkeypatch):
     assert len(lines) == 2, p.stderr
     assert "'nope:x'" in lines[0] and "'alsonope_mod:y'" in lines[1]
     assert all(line.startswith("rewind: warning: REWIND_PIPELINES entry") for line in lines)
+
+
+def test_serve_llm_on_all_interfaces_says_so(monkeypatch, capsys):
+    monkeypatch.setattr(llm_server.SimulatorServer, "serve_forever", lambda self, **k: None)
+    llm_server.serve("0.0.0.0", 0)
+    err = capsys.readouterr().err
+    m = re.search(r"listening on 0\.0\.0\.0:(\d+) \(all interfaces\)", err)
+    assert m, err
+    assert f"http://127.0.0.1:{m.group(1)}/v1" in err  # what a client on this machine uses
+    # a named host is printed as before (tests and users read the URL off this line)
+    llm_server.serve("127.0.0.1", 0)
+    err = capsys.readouterr().err
+    assert re.search(r"listening on http://127\.0\.0\.1:\d+/v1 ", err) and "all interfaces" not in err
