@@ -177,3 +177,39 @@ def test_serve_llm_on_all_interfaces_says_so(monkeypatch, capsys):
     llm_server.serve("127.0.0.1", 0)
     err = capsys.readouterr().err
     assert re.search(r"listening on http://127\.0\.0\.1:\d+/v1 ", err) and "all interfaces" not in err
+
+
+# --- --db -----------------------------------------------------------------------------------------
+
+def test_db_with_an_unsupported_scheme_exits_2(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    code, _, err = run_main("--db", "mysql://x/y", "runs")
+    assert code == 2, err
+    assert err.strip() == ("rewind: error: --db: unsupported database URL scheme 'mysql' "
+                           "(use a SQLite file path or postgresql://...)")
+    monkeypatch.setenv("REWIND_DB", "mysql://x/y")
+    code, _, err = run_main("runs")
+    assert code == 2 and "REWIND_DB" in err and "'mysql'" in err
+    with pytest.raises(rewind.InvalidRequest, match="scheme 'redis'"):
+        rewind.Rewind("redis://h/0")
+    assert os.listdir(tmp_path) == []
+    # paths (a colon in a name, sqlite:///) still open
+    for url in (str(tmp_path / "a:b.db"), f"sqlite:///{tmp_path / 'c.db'}"):
+        code, out, err = run_main("--db", url, "runs")
+        assert code == 0 and out.strip() == "no runs", err
+
+
+def test_empty_db_is_refused_and_no_argument_still_defaults(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    code, _, err = run_main("--db", "", "runs")
+    assert code == 2 and err.startswith("rewind: error: --db is empty"), err
+    monkeypatch.setenv("REWIND_DB", "")
+    code, _, err = run_main("runs")
+    assert code == 2 and "REWIND_DB is set but empty" in err, err
+    with pytest.raises(rewind.InvalidRequest, match="empty"):
+        rewind.Rewind("")
+    assert os.listdir(tmp_path) == []
+    monkeypatch.delenv("REWIND_DB")
+    with rewind.Rewind() as rw:  # documented: ./rewind.db
+        assert rw.count_runs() == 0
+    assert (tmp_path / "rewind.db").exists()

@@ -12,7 +12,7 @@ import os
 import sys
 from typing import Optional, Sequence
 
-from ..errors import RewindError
+from ..errors import InvalidRequest, RewindError
 from .output import one_line
 from .parser import build_parser
 
@@ -57,6 +57,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     out = sys.stdout
     _tolerant(out)
     try:
+        if args.db is not None and not args.db.strip():
+            # an empty --db (often an unset shell variable) must not quietly mean ./rewind.db
+            raise InvalidRequest("--db is empty: give a path, sqlite:///path or postgresql://…, "
+                                 "or leave --db out for $REWIND_DB, else ./rewind.db",
+                                 field="--db")
         from ..pipelines import builtin_pipelines
 
         builtin_pipelines()  # importing registers them process-wide

@@ -22,7 +22,13 @@ MAX_ROWS = 10**9
 def open_rewind(args: Any):
     from ..api import Rewind
 
-    return Rewind(args.db)
+    try:
+        return Rewind(args.db)
+    except InvalidRequest as e:
+        if e.field != "url":
+            raise
+        # the API names its argument; here the user typed --db
+        raise InvalidRequest(f"--db: {e}", field="--db") from None
 
 
 def finish_run(run: Any, out: Any, hint: Optional[Callable[[Any], list]] = None) -> int:

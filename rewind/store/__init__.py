@@ -26,9 +26,10 @@ engine, the API or the UI. One concept per module:
 from __future__ import annotations
 
 import os
+import re
 from typing import Optional
 
-from ..errors import StoreError
+from ..errors import InvalidRequest, StoreError
 from .base import (
     BlobStore, CacheStore, GraphStore, LiveContext, MaintenanceStore, RunStore, StateStore,
     StepStore, Store,
@@ -60,6 +61,10 @@ __all__ = [
 ]
 
 
+# two letters at least: C://x is a Windows drive, not a scheme
+_URL_SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.-]+)://")
+
+
 def open_store(url: Optional[str] = None, read_only: Optional[bool] = None) -> SQLStore:
     """Open the store at `url`: a path, `sqlite:///path`, or `postgresql://…`.
 
@@ -67,8 +72,23 @@ def open_store(url: Optional[str] = None, read_only: Optional[bool] = None) -> S
     SQLite file read-only when this process may not write it (`store.read_only` says so);
     `sqlite:///path?mode=ro` or `read_only=True` asks for it.
     """
-    url = url or os.environ.get("REWIND_DB") or "rewind.db"
+    source = "url"
+    if url is None:
+        url, source = os.environ.get("REWIND_DB"), "REWIND_DB"
+        if url is None:
+            url = "rewind.db"
     url = os.fspath(url)
+    if not url.strip():
+        # an empty value (an unset shell variable) must not quietly mean ./rewind.db
+        what = "REWIND_DB is set but" if source == "REWIND_DB" else "the database URL is"
+        raise InvalidRequest(f"{what} empty: give a path, sqlite:///path or postgresql://…",
+                             field=source)
+    scheme = _URL_SCHEME.match(url)
+    if scheme and scheme.group(1) not in ("postgresql", "postgres", "sqlite"):
+        # else it would become a relative file path ("folder mysql:/x does not exist")
+        prefix = "REWIND_DB: " if source == "REWIND_DB" else ""
+        raise InvalidRequest(f"{prefix}unsupported database URL scheme {scheme.group(1)!r} (use a "
+                             "SQLite file path or postgresql://...)", field=source)
     if url.startswith(("postgresql://", "postgres://")):
         from .postgres import PostgresStore
 
