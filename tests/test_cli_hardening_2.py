@@ -213,3 +213,16 @@ def test_empty_db_is_refused_and_no_argument_still_defaults(tmp_path, monkeypatc
     with rewind.Rewind() as rw:  # documented: ./rewind.db
         assert rw.count_runs() == 0
     assert (tmp_path / "rewind.db").exists()
+
+
+# --- batch's default outcome ----------------------------------------------------------------------
+
+def test_batch_help_and_report_name_the_outcome_fields(demo, capsys):
+    cli, run_id, _ = demo
+    assert main(["batch", "--help"]) == 0
+    help_text = " ".join(capsys.readouterr().out.split())
+    assert "last node that is not a side effect" in help_text
+    p = cli("batch", "--at", "critique", "--runs", run_id, "--param", "temperature=0.7",
+            "--workers", "1", "-q")
+    assert p.returncode == 0, p.stderr
+    assert "outcome fields compared: verification" in p.stdout, p.stdout

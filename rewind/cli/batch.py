@@ -61,6 +61,11 @@ def _print_report(report: Any, out: Any, prog: str) -> None:
     c = report.counts
     print(f"outcomes: {c['changed']} changed, {c['same']} same, {c['failed']} failed, "
           f"{c['skipped']} skipped (of {len(report.rows)})", file=out)
+    # "0 changed" reads as "no effect" unless it says which fields were judged
+    compared = list(dict.fromkeys(f for r in report.rows for f in (r.outcome_fields or [])))
+    if compared:
+        print(f"outcome fields compared: {', '.join(compared)} (--outcome FIELD to judge another)",
+              file=out)
     print(f"tokens: {report.tokens_spent:,} spent, {report.tokens_saved:,} saved "
           f"({report.executor}, {report.workers} workers, {report.elapsed_s:.2f} s)", file=out)
     if noise:
@@ -120,7 +125,9 @@ def add_commands(add) -> None:
                     help="at most N runs, newest first")
     add_change_flags(sp)
     sp.add_argument("--outcome", metavar="FIELD",
-                    help="the state field that is a run's result (default: the last node's writes)")
+                    help="the state field that is a run's result (default: the writes of the "
+                         "last node that is not a side effect, since a side effect is dry-run in "
+                         "a fork; in the demo, verify's `verification`)")
     sp.add_argument("--noise-samples", type=int_in(0, 200), default=0, metavar="K",
                     help="re-sample re-executed nodes K times: within or beyond noise")
     sp.add_argument("--executor", choices=("local", "ray"), default="local")
