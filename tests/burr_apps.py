@@ -429,6 +429,47 @@ def flaky_research_app() -> App:
                executed_after_edit=["fetch_sources", "write_answer"])
 
 
+# --- what Burr's update does with the whole state: deleting a field the node does not read,
+# setting one it does not declare (a function action may; Burr keeps it) ------------------------
+
+@action(reads=["topic"], writes=["draft", "scratch"])
+def draft_notes(state: State) -> State:
+    CALLS.append("draft_notes")
+    return state.update(draft=f"notes on {state['topic']}", scratch=["tmp", state["topic"]])
+
+
+@action(reads=["draft"], writes=["summary"])
+def tidy_up(state: State) -> State:
+    """Drops the scratch pad it never reads, as Burr apps clean up after themselves."""
+    CALLS.append("tidy_up")
+    return state.update(summary=state["draft"].upper()).wipe(delete=["scratch"])
+
+
+@action(reads=["summary"], writes=["length"])
+def tally(state: State) -> State:
+    """Also records `words`, which it does not declare: Burr keeps it in the state."""
+    CALLS.append("tally")
+    return state.update(length=len(state["summary"]), words=len(state["summary"].split()))
+
+
+@action(reads=["words"], writes=["verdict"])
+def judge(state: State) -> State:
+    CALLS.append("judge")
+    return state.update(verdict="long" if state["words"] > 3 else "short")
+
+
+def whole_state_app() -> App:
+    graph = (
+        GraphBuilder()
+        .with_actions(draft_notes, tidy_up, tally, judge)
+        .with_transitions(("draft_notes", "tidy_up"), ("tidy_up", "tally"), ("tally", "judge"))
+        .build()
+    )
+    return App("whole-state", graph, "draft_notes", {"topic": "wasps"}, [(None, None)],
+               mid="tidy_up", edit_at="tidy_up", edit={"draft": "a much longer set of notes on wasps"},
+               executed_after_edit=["tidy_up", "tally", "judge"])
+
+
 APPS = {
     "counter-burr": lambda: counter_app("burr"),
     "counter-rewind": lambda: counter_app("rewind"),
@@ -440,4 +481,5 @@ APPS = {
     "map-states-input": map_states_input_app,
     "async": async_app,
     "flaky-research": flaky_research_app,
+    "whole-state": whole_state_app,
 }

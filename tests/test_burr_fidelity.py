@@ -13,8 +13,10 @@ import copy
 import dataclasses
 
 import pytest
-from burr.core import ApplicationBuilder
+from burr.core import Action, ApplicationBuilder, State
+from burr.core.graph import GraphBuilder
 
+import rewind
 from rewind import Rewind
 from tests import burr_apps
 from tests.burr_apps import APPS, CALLS, SETTINGS, App
@@ -225,3 +227,42 @@ def test_class_based_action_params_are_forkable(rw):
     assert fork.status == "completed", fork.error
     expected = burr_trajectory(app.graph, "counter", {"counter": 0}, [({"increment_by": 2}, None)])
     assert_same_trajectory(rw, fork, expected)
+
+
+def test_a_class_action_that_adds_an_undeclared_field_fails_as_in_burr(rw):
+    """Burr's `_run_reducer` refuses a class action's `update` that adds a field it does not
+    declare; under Rewind the run fails the same way, not quietly without the field. A field
+    already in the state it may set, as Burr lets it."""
+
+    class Extra(Action):
+        def __init__(self, field: str):
+            super().__init__()
+            self.field = field
+
+        @property
+        def reads(self) -> list:
+            return ["x"]
+
+        @property
+        def writes(self) -> list:
+            return ["y"]
+
+        def run(self, state: State, **run_kwargs) -> dict:
+            return {"y": state["x"]}
+
+        def update(self, result: dict, state: State) -> State:
+            return state.update(y=result["y"], **{self.field: 2})
+
+    for field, state in (("extra", {"x": 1}), ("other", {"x": 1, "other": 0})):
+        graph = GraphBuilder().with_actions(a=Extra(field)).build()
+        app = ApplicationBuilder().with_graph(graph).with_entrypoint("a").with_state(**state).build()
+        if field == "extra":
+            with pytest.raises(ValueError, match="did not declare") as burr_error:
+                app.step()
+            run = rw.run(rewind.Pipeline(f"undeclared-{field}", graph, "a"), dict(state))
+            assert run.status == "failed" and str(burr_error.value) in run.error
+        else:
+            app.step()
+            run = rw.run(rewind.Pipeline(f"undeclared-{field}", graph, "a"), dict(state))
+            assert run.status == "completed"
+            assert visible(rw.state_at(run.steps[0])) == visible(app.state.get_all()) == {"x": 1, "y": 1, "other": 2}

@@ -71,9 +71,14 @@ class StepRecord:
     integrity_note: Optional[str] = None   # why a cache entry was unusable
     deleted: list = dataclasses.field(default_factory=list)  # fields a served step removes
     kept: Optional[list] = None  # the fields a `wipe(keep=)` kept (NodeResult.kept)
+    extra: list = dataclasses.field(default_factory=list)  # fields set, undeclared (NodeResult.extra)
     shape_hash: Optional[str] = None  # its key without the code (replay.shape_hash)
     # the newest cache entry with the same inputs under other code, if already looked up
     earlier: Any = dataclasses.field(default=_UNASKED, repr=False)
+
+    def writes(self, action: Any) -> list:
+        """The fields this visit sets in the state: the declared ones, then any it set undeclared."""
+        return list(action.writes) + self.extra if self.extra else action.writes
 
     def fail(self, error: str) -> None:
         self.status, self.error = StepStatus.FAILED, error

@@ -30,34 +30,36 @@ from . import burr_compat
 
 class ReadGuard(State):
     """The part of the state a node may read; any other key is an `UndeclaredRead`. States
-    derived from it are guards too, and share a note of whether the node wiped with `keep=`
-    (Burr then deletes every key missing from what the node returns, not only the view's)."""
+    derived from it are guards too, and carry what Burr's own update would do with the whole
+    state: whether the node kept only some fields (`wipe(keep=)`, `subset`: Burr then deletes
+    every other field there is) and which fields outside the view it deleted by name."""
 
     def __init__(self, values: dict, node: str, readable: Any, typing_system: Any = None,
-                 notes: Optional[dict] = None):
+                 kept: bool = False, gone: frozenset = frozenset()):
         super().__init__(values, typing_system=typing_system) if typing_system is not None \
             else super().__init__(values)
         self._rw_node = node
-        self._rw_readable = frozenset(readable)
-        self._rw_notes = notes if notes is not None else {}
+        self._rw_readable = readable if isinstance(readable, frozenset) else frozenset(readable)
+        self._rw_kept = kept
+        self._rw_gone = gone
 
-    def _derived(self, state: State) -> "ReadGuard":
+    def _derived(self, state: State, kept: bool = False, gone: Any = ()) -> "ReadGuard":
         return ReadGuard(state.get_all(), self._rw_node, self._rw_readable,
-                         getattr(state, "typing_system", None), self._rw_notes)
+                         getattr(state, "typing_system", None), self._rw_kept or kept,
+                         self._rw_gone.union(gone) if gone else self._rw_gone)
 
     def apply_operation(self, operation: Any) -> "ReadGuard":
         return self._derived(super().apply_operation(operation))
 
     def wipe(self, delete: Optional[list] = None, keep: Optional[list] = None) -> "ReadGuard":
-        if keep is not None:
-            self._rw_notes["kept_only"] = True
-        return self._derived(super().wipe(delete=delete, keep=keep))
+        outside = [k for k in delete or () if k not in self._state]
+        return self._derived(super().wipe(delete=delete, keep=keep), keep is not None, outside)
 
     def merge(self, other: State) -> "ReadGuard":
         return self._derived(super().merge(other))
 
     def subset(self, *keys: str, ignore_missing: bool = True) -> "ReadGuard":
-        return self._derived(super().subset(*keys, ignore_missing=ignore_missing))
+        return self._derived(super().subset(*keys, ignore_missing=ignore_missing), True)
 
     def __getitem__(self, key: str) -> Any:
         if key not in self._state and key not in self._rw_readable and not is_internal_key(key):
@@ -89,6 +91,8 @@ class NodeResult:
     # the fields it kept when it wiped with `keep=` (Burr then deletes every other field of the
     # whole state, whatever it holds: a cache hit must do the same), else None
     kept: Optional[list] = None
+    # fields it set without declaring them: Burr keeps them in the state, and so does a hit
+    extra: list = dataclasses.field(default_factory=list)
 
 
 def _run_coroutine(coro: Any) -> Any:
@@ -117,44 +121,76 @@ def _settle(value: Any) -> Any:
     return _run_coroutine(value) if inspect.isawaitable(value) else value
 
 
-def call_action(runner: Any, view: State, run_kwargs: dict) -> tuple:
-    """(result, new_state) of running `runner` on `view` with Burr's runtime inputs."""
+def call_action(runner: Any, view: State, run_kwargs: dict, state: Any = None) -> tuple:
+    """(result, new_state) of running `runner` on `view` with Burr's runtime inputs. A class
+    action's `update` may not add a field it does not declare (Burr's `_run_reducer` refuses
+    it, with its own message); one already in the state (`state`, the whole of it) it may set."""
     if getattr(runner, "single_step", False):
         out = _settle(runner.run_and_update(view, **run_kwargs))
         return burr_compat.adjust_single_step_output(out, runner)
     kwargs = burr_compat.remap_dunder_inputs(runner, run_kwargs)
     result = _settle(runner.run(view, **kwargs))
-    return result, _settle(runner.update(result, view))
+    new_state = _settle(runner.update(result, view))
+    if isinstance(new_state, State):
+        extra = set(new_state.keys()) - set(view.keys()) - set(runner.writes)
+        if state is not None:
+            extra = {k for k in extra if k not in state}
+        if extra:
+            raise ValueError(f"Action {runner.name} attempted to write to keys {extra} "
+                             f"that it did not declare. It declared: ({runner.writes})!")
+    return result, new_state
 
 
 def execute_node(node: str, runner: Any, readable: dict, reads: list, writes: list,
                  run_kwargs: Optional[dict] = None, state: Any = None,
                  tool_store: Any = None, meter: Optional[StepMeter] = None) -> NodeResult:
     """Run the node once on a guarded copy of `readable`; exceptions propagate (the meter,
-    passed in by the caller, keeps the tokens a failed attempt spent)."""
+    passed in by the caller, keeps the tokens a failed attempt spent). What it returns is read
+    as Burr's `_state_update` reads it against the whole state: a field it removed is deleted,
+    a field it set is kept, declared or not."""
     view = guarded_view(node, readable, reads, writes, state)
     meter = meter if meter is not None else StepMeter(node=node, tool_store=tool_store)
     with metering(meter):
-        result, new_state = call_action(runner, view, burr_compat.metered_context(dict(run_kwargs or {})))
+        result, new_state = call_action(runner, view, burr_compat.metered_context(dict(run_kwargs or {})),
+                                        state)
     if not isinstance(new_state, State):
         raise RewindError(
             f"node {node!r} returned {type(new_state).__name__} as its state; return a burr "
             "State (state.update(...)) or (result, state)", node=node,
         )
-    outputs = {w: new_state[w] for w in writes if w in new_state}
+    values = new_state.get_all()
+    outputs = {w: values[w] for w in writes if w in values}
     if not writes and isinstance(result, dict):
         # a node that writes nothing (Burr's Result): what it returns is what it produced
         outputs = {k: v for k, v in result.items() if not is_internal_key(k)}
-    present = set(new_state.keys())
+    # set without being declared: not in the view, or a read whose value was replaced
+    seen = view.get_all()
+    extra = [k for k, v in values.items() if k not in writes and not is_internal_key(k)
+             and (k not in seen or _replaced(v, seen[k]))]
+    for k in extra:
+        outputs[k] = values[k]
     kept = None
-    if view._rw_notes.get("kept_only") and state is not None:
-        # the node kept only what it returned: so does Burr, over the whole state
-        deleted = sorted(k for k in state.keys() if k not in present and not is_internal_key(k))
-        kept = sorted(k for k in present if not is_internal_key(k))
+    # a state that is not the view's (a new State) is all Burr keeps, as with wipe(keep=)
+    if (getattr(new_state, "_rw_kept", False) or not isinstance(new_state, ReadGuard)) \
+            and state is not None:
+        deleted = sorted(k for k in state.keys() if k not in values and not is_internal_key(k))
+        kept = sorted(k for k in values if not is_internal_key(k))
     else:
-        deleted = [k for k in readable if k not in present and not is_internal_key(k)]
+        deleted = [k for k in readable if k not in values and not is_internal_key(k)]
+        gone = getattr(new_state, "_rw_gone", ())
+        if gone and state is not None:
+            deleted += sorted(k for k in gone if k in state and k not in values and k not in deleted)
     return NodeResult(result=result if isinstance(result, dict) else dict(outputs),
-                      outputs=outputs, deleted=deleted, meter=meter, kept=kept)
+                      outputs=outputs, deleted=deleted, meter=meter, kept=kept, extra=extra)
+
+
+def _replaced(value: Any, before: Any) -> bool:
+    if value is before:
+        return False
+    try:
+        return bool(value != before)
+    except Exception:  # no truth value for the comparison (an array): replaced, to be safe
+        return True
 
 
 def apply_outputs(state: State, outputs: dict, writes: list, deleted: list = ()) -> State:

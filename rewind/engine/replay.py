@@ -94,7 +94,7 @@ class Visit:
 
     def served(self) -> tuple:
         """(result, full state) of a served visit, as the wrapper returns them to Burr."""
-        return dict(self.outputs), apply_outputs(self.state, self.outputs, self.spec.writes,
+        return dict(self.outputs), apply_outputs(self.state, self.outputs, self.record.writes(self.spec),
                                                  self.record.deleted)
 
 
@@ -267,6 +267,7 @@ class ReplayAction(SingleStepAction):
                 if refs[k] is not None:
                     learn(refs[k], h)
         record.outputs = dict(refs)
+        record.extra = list(meta.get("extra") or ())
         record.files = dict(meta.get("files") or {})
         record.output_hash = entry["output_hash"]
         record.deleted = [k for k, h in refs.items() if h is None]
@@ -306,6 +307,7 @@ class ReplayAction(SingleStepAction):
                                     spec.writes, run_kwargs, state, meter=meter)
             record.files = dict(reads.files)
             record.kept = done.kept
+            record.extra = done.extra
             self._finish_outputs(ctx, spec, record, done.outputs, done.deleted)
         except BaseException as e:
             self._metered(record, meter, calls)
@@ -320,7 +322,7 @@ class ReplayAction(SingleStepAction):
             self._cache_entry(ctx, spec, record, entry, expired)
         # one-time set-up (the tokenizer, the client) is the process's cost, not the node's
         record.latency_ms = max((time.perf_counter() - started) * 1000 - meter.init_ms, 0.0)
-        return done.result, apply_outputs(state, done.outputs, spec.writes, done.deleted)
+        return done.result, apply_outputs(state, done.outputs, record.writes(spec), done.deleted)
 
     @staticmethod
     def _earlier(ctx: ExecutionContext, spec: NodeSpec, record: StepRecord) -> Optional[EarlierVisit]:
@@ -357,7 +359,7 @@ class ReplayAction(SingleStepAction):
         out_refs, hashes = {}, {}
         for k, part in parts.items():
             hashes[k] = sha256_hex(part)
-            if k in spec.writes:
+            if k in spec.writes or k in record.extra:
                 out_refs[k] = ctx.store_value(k, outputs[k])
                 ctx.state_hashes[k] = hashes[k]
                 ctx.store.learn_ref_hash(out_refs[k], hashes[k])
@@ -388,6 +390,7 @@ class ReplayAction(SingleStepAction):
             "outputs": refs_json(record.outputs),
             "meta": json.dumps({"hashes": record.output_field_hashes, "files": record.files,
                                 **({"kept": record.kept} if record.kept is not None else {}),
+                                **({"extra": record.extra} if record.extra else {}),
                                 "fields": record.field_hashes, "units": record.units,
                                 **({"endpoint": record.endpoint} if record.endpoint else {})},
                                sort_keys=True, separators=(",", ":")),

@@ -92,7 +92,8 @@ class Stepper:
                 self._fire(action, current, state, given, state, None, e)
                 raise
             if visit.outputs is not None:
-                after = burr_compat.after_served(visit.state, visit.outputs, action.writes,
+                after = burr_compat.after_served(visit.state, visit.outputs,
+                                                 visit.record.writes(action),
                                                  visit.record.deleted, action)
                 if after is not None:
                     self._put(after)
