@@ -44,9 +44,10 @@ def _get(record: Any, name: str, default: Any = None) -> Any:
 # --- the store -----------------------------------------------------------------------------------
 
 def db_url() -> str:
-    """`REWIND_DB`, else ./rewind.db; a SQLite path is made absolute so it keys one handle."""
-    url = (os.environ.get("REWIND_DB") or "").strip() or "rewind.db"
-    if "://" not in url and url != ":memory:":
+    """`REWIND_DB`, else ./rewind.db; a SQLite path is made absolute so it keys one handle.
+    A REWIND_DB set but empty stays empty: opening it is refused, as the CLI and the API refuse it."""
+    url = os.environ.get("REWIND_DB", "rewind.db").strip()
+    if url and "://" not in url and url != ":memory:":
         url = os.path.abspath(url)
     return url
 
@@ -60,6 +61,7 @@ def scope() -> tuple:
 
 @st.cache_resource(show_spinner=False, max_entries=256)
 def _handle(url: str, owner: Optional[str] = None, admin: bool = False) -> Rewind:
+    url = url or None  # empty: REWIND_DB is set but empty, and opening it names it
     if owner is None:
         return Rewind(url)  # single-user mode: every run
     # the core's run isolation: another owner's runs are not found through this handle

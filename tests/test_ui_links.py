@@ -99,3 +99,17 @@ def test_runs_page_status_filter_offers_every_run_status(rw):
     options = at.selectbox(key="flt_status").options
     assert [s.value for s in rewind.RunStatus] == options[1:]
     assert "halted" in options
+
+
+def test_an_empty_rewind_db_is_named_on_the_page_not_taken_for_rewind_db(tmp_path, monkeypatch):
+    """As in the CLI and the API: an empty REWIND_DB is an error the page names, not ./rewind.db."""
+    (tmp_path / ".streamlit").mkdir()  # the loopback setting Streamlit reads from the cwd
+    (tmp_path / ".streamlit" / "config.toml").write_text(
+        (Path(APP).parent / ".streamlit" / "config.toml").read_text())
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("REWIND_DB", "")
+    at = AppTest.from_file(APP, default_timeout=TIMEOUT).run()
+    assert not at.exception
+    shown = [e.value.replace("\\", "") for e in at.error]  # markdown-escaped on the page
+    assert any("REWIND_DB is set but empty" in text for text in shown), shown
+    assert not (tmp_path / "rewind.db").exists()
