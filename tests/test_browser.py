@@ -135,6 +135,24 @@ def settle(page, text: str | None = None) -> None:
     )
 
 
+def open_by_click(page, button: str, text: str) -> None:
+    """Click a button that opens another page and wait for `text` there. Streamlit can drop a
+    click that lands while the page's graph component reports its first value (both ask for a
+    rerun at once): a click that left the page idle, unchanged and the button still there is
+    given once more. Only for buttons that open a page, never for one that writes."""
+    target = page.get_by_role("button", name=button)
+    target.click()
+    try:
+        page.get_by_text(text).first.wait_for(state="visible", timeout=30_000)
+    except Exception as e:  # playwright's TimeoutError (imported with the browser, lazily)
+        if type(e).__name__ != "TimeoutError":
+            raise
+        page.wait_for_selector(IDLE, timeout=STEP_TIMEOUT_MS)
+        if not page.get_by_text(text).count() and target.count():
+            target.first.click()
+    settle(page, text)
+
+
 def shot(page, name: str) -> Path:
     """A screenshot of the whole page: Streamlit scrolls inside its main block, so the viewport
     is grown to the content's height first (and the mouse moved off any tooltip)."""
@@ -267,8 +285,7 @@ def test_demo_run_fork_and_diff_in_a_browser(server, browser):
     # deep link to the critique step, then "Fork from this step"
     page.goto(f"{base}/?run={run.id}&node=critique")
     settle(page, "Step critique")
-    page.get_by_role("button", name="Fork from this step").click()
-    settle(page, "Fork & replay")
+    open_by_click(page, "Fork from this step", "Fork & replay")
     page.get_by_text("Fields it reads").wait_for()
     question = page.get_by_label("question", exact=True)
     question.fill(EDITED)
@@ -501,8 +518,7 @@ def test_a_bad_pipelines_entry_is_a_banner_and_the_demo_still_runs(bad_pipelines
     with rewind.Rewind(server["db"]) as rw:
         runs = rw.list_runs()
     assert len(runs) == 1 and runs[0].status == "completed"
-    page.get_by_role("button", name="Fork from this step").click()
-    settle(page, "Fields it reads")
+    open_by_click(page, "Fork from this step", "Fields it reads")
     assert not page.get_by_text("is not registered").count()
     assert page.get_by_text("REWIND_PIPELINES entry").first.is_visible()  # on every page
     log = server["log"].read_text(errors="replace")
