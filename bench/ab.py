@@ -51,7 +51,7 @@ def main(argv=None) -> int:
         sides = {}
         for label, src in (("A", os.path.join(ROOT, "rewind")), ("B", args.patched)):
             mod = load_as(os.path.abspath(src), f"rewind_{label.lower()}", os.path.join(work, "pkgs"))
-            pipeline = mod.Pipeline("bench8", W.build_graph(), W.NODES[0])
+            pipeline = mod.Pipeline("bench8", W.build_graph(mod), W.NODES[0])
             rw = mod.Rewind(os.path.join(work, f"{label}.db"))
             root = rw.run(pipeline, {"topic": W.topic(0)}, use_cache=False)
             fork = rw.fork(root.id, at=FORK_AT)
@@ -71,7 +71,7 @@ def main(argv=None) -> int:
                     rw, pipeline, root = sides[s]
                     c0, t0 = time.process_time(), time.perf_counter()
                     if kind == "run":
-                        out = rw.run(pipeline, {"topic": W.topic(i)})
+                        out = rw.run(pipeline, {"topic": W.topic(20_000_000 + i)})
                     elif kind == "fork6":
                         out = rw.fork(root.id, at=FORK_AT)
                     else:
@@ -79,6 +79,7 @@ def main(argv=None) -> int:
                     wall[s + kind].append(time.perf_counter() - t0)
                     cpu[s + kind].append(time.process_time() - c0)
                     assert out.status == "completed", (s, kind, out.error)
+                    assert kind != "run" or out.total_tokens == 800, (s, out.total_tokens)
         print(f"{args.n} interleaved repetitions; A = {os.path.join(ROOT, 'rewind')}, B = {args.patched}")
         print(f"{'':28}{'A ms':>9}{'B ms':>9}{'B/A':>7}   {'A cpu':>8}{'B cpu':>8}{'B/A':>7}")
         names = {"run": "first run (8 executed)", "fork6": "fork at node 3 (6 cached)",

@@ -28,24 +28,26 @@ def make_text(tag: str, source: str, size: int = OUTPUT_BYTES) -> str:
     return (line * (size // len(line) + 1))[:size]
 
 
-def _make_node(name: str, reads: str, writes: str, llm: bool):
-    @rewind.action(reads=[reads], writes=[writes])
+def _make_node(name: str, reads: str, writes: str, llm: bool, package=rewind):
+    @package.action(reads=[reads], writes=[writes])
     def node(state):
         text = make_text(name, state[reads])
         if llm:
             USAGE_CALLS["n"] += 1
-            rewind.record_usage(PROMPT_TOKENS, COMPLETION_TOKENS)
+            package.record_usage(PROMPT_TOKENS, COMPLETION_TOKENS)
         return state.update(**{writes: text})
 
     node.__name__ = name
     return node
 
 
-def build_graph():
+def build_graph(package=rewind):
+    """The graph, its nodes metering through `package` (bench/ab.py loads two copies of
+    rewind: each side's nodes must meter into its own, or no step spends tokens)."""
     actions = {}
     prev = "topic"
     for n in NODES:
-        actions[n] = _make_node(n, prev, FIELDS[n], n in LLM_NODES)
+        actions[n] = _make_node(n, prev, FIELDS[n], n in LLM_NODES, package)
         prev = FIELDS[n]
     transitions = [(a, b) for a, b in zip(NODES, NODES[1:])]
     return GraphBuilder().with_actions(**actions).with_transitions(*transitions).build()
