@@ -94,3 +94,17 @@ def version_of(module: str) -> Optional[str]:
 
 def type_name(t: Any) -> str:
     return f"{getattr(t, '__module__', '?')}.{getattr(t, '__qualname__', getattr(t, '__name__', '?'))}"
+
+
+def import_user_module(name: str) -> Any:
+    """The module `name`, imported only when it is user code (what the node would import);
+    an installed or standard module is looked up, never imported by a fingerprint."""
+    mod = sys.modules.get(name)
+    if mod is not None:
+        return mod
+    if module_kind(name) != USER:
+        return None
+    try:
+        return importlib.import_module(name)
+    except Exception:
+        return None

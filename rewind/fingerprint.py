@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import builtins
 import functools
-import importlib
 import importlib.util
 import inspect
 import sys
@@ -31,9 +30,10 @@ from typing import Any, Callable, Optional
 
 from . import hashing
 from .bytecode import code_text as _code_text, names_used as _names_used, scan as _scan
-from .objectparts import PARTS_DEPTH, PARTS_MAX, parts_of
+from .objectparts import PARTS_DEPTH, PARTS_MAX, functions_of, parts_of, slot_names
 from .codeorigin import (  # noqa: F401  (re-exported: hashing keys params with them)
-    FRAMEWORK, PACKAGE, STDLIB, USER, distribution_of, module_kind, type_name, version_of,
+    FRAMEWORK, PACKAGE, STDLIB, USER, distribution_of, import_user_module, module_kind, type_name,
+    version_of,
 )
 
 # --- reaching -------------------------------------------------------------------------------
@@ -90,12 +90,15 @@ class _Walk:
         self.bindings: list = []
         self.seen: set = set()
         self.visited: list = []
+        self.wrappers: list = []  # decorator layers found on the way (`note_wrappers`)
         self.depth = 0  # of `visit_parts` within itself
         self.parts_left = PARTS_MAX
 
     # the legacy layer, exactly as it always was
     def legacy_visit(self, f: Any) -> None:
-        f = inspect.unwrap(f) if callable(f) else f
+        if callable(f):
+            self.note_wrappers(f)
+            f = inspect.unwrap(f)
         if id(f) in self.seen:
             return
         self.seen.add(id(f))
@@ -154,25 +157,43 @@ class _Walk:
                 if _legacy_constant(value) is None:
                     self.reach_value(value, unit)
             self.scan_code(f, code)
+        done = 0
+        while done < len(self.wrappers):  # visiting one may find more
+            self.visit_function(self.wrappers[done], layer=True)
+            done += 1
 
     def add(self, unit: str, spelling: Any) -> None:
         self.reach[unit] = spelling
         self.units[unit] = spelling
 
-    def visit_function(self, f: Any) -> None:
-        f = inspect.unwrap(f)
+    def visit_function(self, f: Any, layer: bool = False) -> None:
+        if not layer:
+            self.note_wrappers(f)
+            f = inspect.unwrap(f)
         if id(f) in self.seen:
             return
         self.seen.add(id(f))
-        self.add(_unit(f), _code_text(f))
-        self.add_defaults(f)
         code = getattr(f, "__code__", None)
+        if layer:  # wraps() gave it the wrapped function's names: named after its own code
+            self.add(f"{_unit(f)}.<wrapped by {code.co_qualname}>", _code_text(code))
+        else:
+            self.add(_unit(f), _code_text(f))
+        self.add_defaults(f)
         if code is None:
             return
         for name, value, where, unit in self._named(f, code):
             self.bindings.append((where, value))
             self.reach_value(value, unit)
         self.scan_code(f, code)
+
+    def note_wrappers(self, f: Any) -> None:
+        """The layers a user's own decorator put around a function: `functools.wraps` hides
+        them behind `__wrapped__`, but their code runs too (`extend` visits them)."""
+        layer, depth = f, 0
+        while getattr(layer, "__wrapped__", None) is not None and depth < 100:
+            if inspect.isfunction(layer) and module_kind(layer.__module__ or "") == USER:
+                self.wrappers.append(layer)
+            layer, depth = layer.__wrapped__, depth + 1
 
     def add_defaults(self, f: Any) -> None:
         """A user helper's default argument values: bound when its `def` ran (`p=PROMPT`), so
@@ -209,7 +230,7 @@ class _Walk:
             for name in sorted(members):
                 member = members[name]
                 self.bindings.append((("d", members, name), member))
-                fns = _functions_of(member)
+                fns = functions_of(member)
                 for fn in fns:
                     self.visit_function(fn)
                 if not fns and not name.startswith("__"):
@@ -221,6 +242,9 @@ class _Walk:
         if isinstance(state, dict):
             for name in sorted(state, key=str):
                 self.add(f"{_unit(type(obj))}.self.{name}", hashing.param_hash(state[name], name))
+        for name in slot_names(type(obj)):  # a slotted instance holds its values there
+            if hasattr(obj, name):
+                self.add(f"{_unit(type(obj))}.self.{name}", hashing.param_hash(getattr(obj, name), name))
 
     def visit_bound(self, m: Any) -> None:
         owner = m.__self__
@@ -246,6 +270,12 @@ class _Walk:
         if inspect.ismethod(value):
             self.reach_value(value.__func__, unit)
             self.visit_bound(value)
+            return
+        owner = getattr(value, "__self__", None) if inspect.isbuiltin(value) else None
+        if owner is not None and not isinstance(owner, types.ModuleType):
+            # `"v1 {}".format`, `{...}.get`: a builtin bound to a value, keyed by both
+            self.add(f"{unit}.<method>", value.__name__)
+            self.reach_value(owner, f"{unit}.__self__")
             return
         wrapped = getattr(value, "__wrapped__", None) if callable(value) else None
         if wrapped is not None and not isinstance(value, type) and not inspect.isfunction(value):
@@ -312,7 +342,7 @@ class _Walk:
                 name = importlib.util.resolve_name("." * level + module, package) if level else module
             except (ImportError, ValueError):
                 continue
-            base = _import_quietly(name)
+            base = import_user_module(name)
             if base is None:
                 continue
             self.bindings.append((("m", name), base))
@@ -323,7 +353,7 @@ class _Walk:
                 continue
             got = getattr(base, attr, _MISSING)
             if got is _MISSING:
-                got = _import_quietly(f"{name}.{attr}")
+                got = import_user_module(f"{name}.{attr}")
             if got is None or got is _MISSING:
                 continue
             self.bindings.append((("a", base, attr), got))
@@ -371,30 +401,6 @@ class _Walk:
             return False
         self.reach_value(value, f"{module.__name__}.{attr}")
         return False
-
-
-def _functions_of(member: Any) -> list:
-    if isinstance(member, (staticmethod, classmethod)):
-        member = member.__func__
-    if isinstance(member, property):
-        return [f for f in (member.fget, member.fset, member.fdel) if inspect.isfunction(f)]
-    if isinstance(member, functools.partialmethod):
-        member = member.func
-    return [member] if inspect.isfunction(member) else []
-
-
-def _import_quietly(name: str) -> Any:
-    """The module `name`, imported only when it is user code (what the node would import);
-    an installed or standard module is looked up, never imported by a fingerprint."""
-    mod = sys.modules.get(name)
-    if mod is not None:
-        return mod
-    if module_kind(name) != USER:
-        return None
-    try:
-        return importlib.import_module(name)
-    except Exception:
-        return None
 
 
 def _read_binding(where: tuple) -> Any:

@@ -2,11 +2,13 @@
 holds (a compiled pattern's text, a configured object's attributes, the functions in a dict)
 is part of the key and an edit to it is a miss: a container by its items, an object of user
 code by its attributes, anything else by what it pickles as. What none of these reach (a lock,
-a socket) is known by its type alone."""
+a socket) is known by its type alone. A class member is taken apart into the functions it holds."""
 
 from __future__ import annotations
 
 import copyreg
+import functools
+import inspect
 from typing import Any
 
 from .codeorigin import USER, module_kind
@@ -24,8 +26,7 @@ def parts_of(value: Any) -> list:
         return [(f"[{i}]", v) for i, v in enumerate(value)]
     state = getattr(value, "__dict__", None)
     if isinstance(state, dict) and module_kind(type(value).__module__ or "") == USER:
-        slots = [n for k in type(value).__mro__ for n in _slot_names(k)
-                 if n not in ("__dict__", "__weakref__")]
+        slots = slot_names(type(value))
         parts = [(f".{n}", state[n]) for n in sorted(state, key=str) if isinstance(n, str)]
         return parts + [(f".{n}", getattr(value, n)) for n in sorted(set(slots)) if hasattr(value, n)]
     try:  # as pickle would: the copyreg table first (re.Pattern is pickled through it)
@@ -38,6 +39,24 @@ def parts_of(value: Any) -> list:
     return [(f".<reduce {i}>", part) for i, part in enumerate(reduced[1:3]) if part is not None]
 
 
-def _slot_names(klass: type) -> list:
-    slots = klass.__dict__.get("__slots__", ())
-    return [slots] if isinstance(slots, str) else [n for n in slots if isinstance(n, str)]
+def slot_names(cls: type) -> list:
+    """The value slots of a class and its bases (not `__dict__` / `__weakref__`)."""
+    out = []
+    for klass in cls.__mro__:
+        slots = klass.__dict__.get("__slots__", ())
+        for name in [slots] if isinstance(slots, str) else slots:
+            if isinstance(name, str) and name not in ("__dict__", "__weakref__") and name not in out:
+                out.append(name)
+    return out
+
+
+def functions_of(member: Any) -> list:
+    """The functions a class member holds (a method, a static or class method, a property's
+    accessors, a partialmethod's function)."""
+    if isinstance(member, (staticmethod, classmethod)):
+        member = member.__func__
+    if isinstance(member, property):
+        return [f for f in (member.fget, member.fset, member.fdel) if inspect.isfunction(f)]
+    if isinstance(member, functools.partialmethod):
+        member = member.func
+    return [member] if inspect.isfunction(member) else []

@@ -2,9 +2,10 @@
 
 Found by running plain Burr beside Rewind on code nobody here wrote: a helper's default
 argument bound to a constant (`def f(x, p=PROMPT)`), a compiled regex, a `string.Template`, a
-configured instance of a user class, a dict of functions, and helpers wrapped by
-`functools.cache` / `lru_cache` were all served stale after an edit, because the fingerprint
-knew such values only by their type. Each case runs a one-node pipeline twice, each time in a
+configured instance of a user class, a dict of functions, helpers wrapped by
+`functools.cache` / `lru_cache` or by the user's own `functools.wraps` decorator, and a builtin
+bound to a constant (`"v1 {}".format`) were all served stale after an edit, because the
+fingerprint knew such values only by their type (or, for a decorator, never saw its layer). Each case runs a one-node pipeline twice, each time in a
 fresh process against one database, editing one module in between; plain Burr computes the
 new value, and so must Rewind. Unchanged code hits in a new process (no spelling holds a
 process's own addresses)."""
@@ -81,6 +82,22 @@ CASES = {
     "a dict of functions in the node's module": (
         'H["k"](state["x"])', "", "",
         'def g(x):\n    return "v1" + x\nH = {"k": g}', 'def g(x):\n    return "v2" + x\nH = {"k": g}'),
+    "a user decorator made with functools.wraps": (
+        'helpers.greet(state["x"])',
+        'import functools\ndef shout(f):\n    @functools.wraps(f)\n    def w(x):\n        return f(x).upper()\n'
+        '    return w\n@shout\ndef greet(x):\n    return "hi " + x\n',
+        'import functools\ndef shout(f):\n    @functools.wraps(f)\n    def w(x):\n        return f(x) + "!!"\n'
+        '    return w\n@shout\ndef greet(x):\n    return "hi " + x\n', "", ""),
+    "a builtin method bound to a constant": (
+        'helpers.render(state["x"]) + helpers.lookup("k")',
+        'render = "v1 {}".format\nlookup = {"k": "-a"}.get\n', 'render = "v2 {}".format\nlookup = {"k": "-b"}.get\n',
+        "", ""),
+    "a method bound to a slotted instance": (
+        'helpers.render(state["x"])',
+        'class F:\n    __slots__ = ("p",)\n    def __init__(self, p):\n        self.p = p\n'
+        '    def render(self, x):\n        return self.p + x\nrender = F("v1").render\n',
+        'class F:\n    __slots__ = ("p",)\n    def __init__(self, p):\n        self.p = p\n'
+        '    def render(self, x):\n        return self.p + x\nrender = F("v2").render\n', "", ""),
     "a slotted instance": (
         'helpers.FMT.render(state["x"])',
         'class F:\n    __slots__ = ("p",)\n    def __init__(self, p):\n        self.p = p\n'
