@@ -181,3 +181,90 @@ def test_a_huge_object_graph_costs_a_bounded_walk():
     first = code_fingerprint(glob["node"])
     assert time.process_time() - t0 < 10  # bounded by _PARTS_MAX, not by 200,000 objects
     assert first == code_fingerprint(glob["node"])
+
+
+def test_a_file_changed_once_is_served_again_and_raises_no_alarm(tmp_path, monkeypatch):
+    """A node reading a file under the working directory re-runs when the file changes; the new
+    output then replaces the entry, so the next identical run is a hit, and nothing calls the
+    node nondeterministic (its key did not change: what it read did)."""
+    import rewind
+    from burr.core import action
+    from burr.core.graph import GraphBuilder
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "cfg.json").write_text(json.dumps({"p": "v1"}))
+
+    @action(reads=["x"], writes=["y"])
+    def reads_config(state):
+        with open("cfg.json") as f:
+            return state.update(y=json.load(f)["p"] + state["x"])
+
+    pipeline = rewind.Pipeline("cfg", GraphBuilder().with_actions(a=reads_config).build(), "a")
+    with rewind.Rewind(str(tmp_path / "rewind.db")) as rw:
+        assert rw.run(pipeline, {"x": "hello"}).steps[0].status == "executed"
+        (tmp_path / "cfg.json").write_text(json.dumps({"p": "v2"}))
+        rerun = rw.run(pipeline, {"x": "hello"})
+        assert rerun.steps[0].status == "executed" and "cfg.json" in rerun.steps[0].reason
+        assert "nondeterministic" not in rerun.steps[0].reason
+        again = rw.run(pipeline, {"x": "hello"})
+        assert again.steps[0].status == "cached"
+        assert rw.state_at(again.steps[0])["y"] == "v2hello"
+        assert rw.alarms() == []
+
+
+ENV_HELPERS = '''import os
+
+def greeting():
+    return os.getenv("GREETING", "none")
+'''
+
+
+@pytest.mark.parametrize("where", ["node", "helper"])
+def test_an_environment_variable_the_code_reads_is_rechecked_in_a_new_process(project, where):
+    """os.environ / os.getenv read by the node or a helper in another module: a changed value
+    (or one set or unset) re-runs the node, named in the reason; the same value hits."""
+    expr = 'helpers.greeting() + " " + state["x"]' if where == "helper" else \
+        '__import__("os").environ.get("GREETING", "none") + " " + state["x"]'
+    db = os.path.join(project, "rewind.db")
+
+    def run(value):
+        env = {"GREETING": value} if value is not None else {}
+        os.environ.pop("GREETING", None)
+        os.environ.update(env)
+        try:
+            return _run(project, db, ENV_HELPERS, "", expr)
+        finally:
+            os.environ.pop("GREETING", None)
+
+    assert run("v1") == ["executed", "v1 hello", "v1 hello"]
+    assert run("v1") == ["cached", "v1 hello", "v1 hello"]
+    assert run("v2") == ["executed", "v2 hello", "v2 hello"]
+    assert run(None) == ["executed", "none hello", "none hello"]
+    assert run(None) == ["cached", "none hello", "none hello"]
+
+
+def test_environment_reads_of_rewind_and_installed_packages_are_not_part_of_a_step(tmp_path, monkeypatch):
+    """The model settings and an SDK's API key are read by Rewind and by the package, not by the
+    node: a rotated key does not make every node run again, and no key's hash is recorded."""
+    import rewind
+    from burr.core import action
+    from burr.core.graph import GraphBuilder
+    from rewind import envwatch
+
+    @action(reads=["q"], writes=["a"])
+    def ask(state):
+        return state.update(a=rewind.llm.chat([{"role": "user", "content": state["q"]}]))
+
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-first")
+    monkeypatch.setenv("REWIND_PROVIDER", "simulator")
+    pipeline = rewind.Pipeline("envkey", GraphBuilder().with_actions(ask=ask).build(), "ask")
+    with rewind.Rewind(str(tmp_path / "rewind.db")) as rw:
+        first = rw.run(pipeline, {"q": "why?"})
+        assert first.steps[0].status == "executed", first.error
+        entry = rw.store.cache_get("ask", first.steps[0].input_hash)
+        assert "env" not in json.loads(entry["meta"])  # nothing the node's own code read
+        monkeypatch.setenv("OPENAI_API_KEY", "sk-test-rotated")
+        assert rw.run(pipeline, {"q": "why?"}).steps[0].status == "cached"
+    with envwatch.track_env() as env:
+        os.environ.get("HOME")  # this test module is user code: recorded, by hash only
+    assert set(env) == {"HOME"} and env["HOME"] != os.environ["HOME"]

@@ -64,6 +64,8 @@ class StepRecord:
     units: dict = dataclasses.field(default_factory=dict)    # code unit -> hash
     files: dict = dataclasses.field(default_factory=dict)    # file read -> content hash
     files_changed: list = dataclasses.field(default_factory=list)  # why a hit was refused
+    env: dict = dataclasses.field(default_factory=dict)      # environment variable read -> value hash
+    env_changed: list = dataclasses.field(default_factory=list)  # (envwatch) why a hit was refused
     output_field_hashes: dict = dataclasses.field(default_factory=dict)
     calls: list = dataclasses.field(default_factory=list)    # model calls (ModelCall dicts)
     tools: list = dataclasses.field(default_factory=list)    # rewind.tool calls

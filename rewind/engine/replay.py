@@ -17,7 +17,7 @@ from typing import Any, Optional
 from burr.core import State
 from burr.core.action import Action, SingleStepAction
 
-from .. import filewatch, llm, serde
+from .. import envwatch, filewatch, llm, serde
 from ..action import DETERMINISTIC, SIDE_EFFECT
 from ..errors import RewindError
 from ..hashing import is_internal_key, sha256_hex
@@ -242,6 +242,11 @@ class ReplayAction(SingleStepAction):
         if changed:  # a file the node read differs now: a miss, named
             record.files_changed = changed
             return None
+        env = meta.get("env")
+        changed = envwatch.changed(env) if env else None
+        if changed:  # so does an environment variable its code read
+            record.env_changed = changed
+            return None
         if meta.get("endpoint") and meta["endpoint"] != ctx.endpoint():
             # its outputs came from another model endpoint (the session's settings changed)
             record.integrity_note = "its model calls went to another model endpoint"
@@ -297,15 +302,20 @@ class ReplayAction(SingleStepAction):
         if record.files_changed:
             record.reason = (f"{spec.node} ran again because file "
                              + ", ".join(f"`{f}`" for f in record.files_changed) + " changed")
+        elif record.env_changed:
+            record.reason = (f"{spec.node} ran again because environment variable "
+                             + ", ".join(f"`{v}`" for v in record.env_changed) + " changed")
         if record.integrity_note:
             record.reason += f" (cache entry rejected: {record.integrity_note})"
         meter = StepMeter(node=spec.node, tool_store=ctx.store if ctx.use_cache else None)
         calls = model_call_cache(ctx, spec)
         try:
-            with filewatch.track_reads() as reads, (serving(calls) if calls else nullcontext()):
+            with filewatch.track_reads() as reads, envwatch.track_env() as env, \
+                    (serving(calls) if calls else nullcontext()):
                 done = execute_node(spec.node, spec.runner, record.readable, spec.reads,
                                     spec.writes, run_kwargs, state, meter=meter)
             record.files = dict(reads.files)
+            record.env = dict(env)
             record.kept = done.kept
             record.extra = done.extra
             self._finish_outputs(ctx, spec, record, done.outputs, done.deleted)
@@ -378,7 +388,11 @@ class ReplayAction(SingleStepAction):
     def _cache_entry(ctx: ExecutionContext, spec: NodeSpec, record: StepRecord,
                      entry: Optional[dict], expired: bool) -> None:
         policy = spec.policy
-        if (entry is not None and policy.determinism == DETERMINISTIC
+        # a hit refused for what the key does not hold (a file read changed, another model
+        # endpoint, an unreadable entry): the new output is no sign of nondeterminism, and it
+        # replaces the entry, or no later visit could ever be served
+        refused = bool(record.files_changed or record.env_changed or record.integrity_note)
+        if (entry is not None and not refused and policy.determinism == DETERMINISTIC
                 and entry["output_hash"] != record.output_hash):
             ctx.pending_alarms.append(
                 (spec.node, record.input_hash, entry["output_hash"], record.output_hash, ctx.run_id))
@@ -391,6 +405,7 @@ class ReplayAction(SingleStepAction):
             "meta": json.dumps({"hashes": record.output_field_hashes, "files": record.files,
                                 **({"kept": record.kept} if record.kept is not None else {}),
                                 **({"extra": record.extra} if record.extra else {}),
+                                **({"env": record.env} if record.env else {}),
                                 "fields": record.field_hashes, "units": record.units,
                                 **({"endpoint": record.endpoint} if record.endpoint else {})},
                                sort_keys=True, separators=(",", ":")),
@@ -399,5 +414,5 @@ class ReplayAction(SingleStepAction):
             "completion_tokens": record.completion_tokens,
             "tokens": record.prompt_tokens + record.completion_tokens,
             "cached_at": time.time(), "hits": 0, "determinism": policy.determinism,
-            "source_run": ctx.run_id, "_keep_existing": keeps_first_output(policy, expired),
+            "source_run": ctx.run_id, "_keep_existing": keeps_first_output(policy, expired) and not refused,
         }

@@ -1,0 +1,89 @@
+"""Environment variables a step's own code reads: recorded by name while the step runs, re-checked
+before a cache hit is served, as `filewatch` does for files, so a node that reads
+`os.environ["GREETING"]` runs again once the variable changed.
+
+`track_env()` patches `os.environ`'s class once per process; the patch records only on a thread
+inside `track_env`, and only reads made by user code (the first caller outside the standard
+library): the reads of installed packages and of Rewind itself (an SDK picking up its API key,
+the model settings) are not part of a node's output, and a rotated key must not empty the cache.
+Recorded: {name: sha256 of the value, "" when unset}; never the value itself.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import sys
+import threading
+from typing import Iterator, Optional
+
+from .codeorigin import STDLIB, USER, module_kind
+
+_LOCAL = threading.local()
+_INSTALL_LOCK = threading.Lock()
+_INSTALLED = False
+UNSET = ""  # what is recorded for a variable that was not set
+
+
+def value_hash(value: Optional[str]) -> str:
+    return UNSET if value is None else hashlib.sha256(value.encode("utf-8", "surrogateescape")).hexdigest()
+
+
+def _caller_is_user() -> bool:
+    frame = sys._getframe(2)  # noqa: SLF001 - past the patched method and this function
+    while frame is not None:
+        kind = module_kind(frame.f_globals.get("__name__") or "")
+        if kind != STDLIB:  # os.getenv, Mapping.get and `in` pass through the standard library
+            return kind == USER
+        frame = frame.f_back
+    return False
+
+
+def _install() -> None:
+    global _INSTALLED
+    with _INSTALL_LOCK:
+        if _INSTALLED:
+            return
+        environ_type = type(os.environ)
+        original = environ_type.__getitem__
+
+        def __getitem__(self, key):
+            stack = getattr(_LOCAL, "stack", None)
+            if not stack or self is not os.environ or not isinstance(key, str):
+                return original(self, key)
+            try:
+                value = original(self, key)
+            except KeyError:
+                value = None
+            if _caller_is_user():
+                for reads in stack:
+                    reads.setdefault(key, value_hash(value))
+            if value is None:
+                raise KeyError(key) from None
+            return value
+
+        environ_type.__getitem__ = __getitem__
+        _INSTALLED = True
+
+
+@contextlib.contextmanager
+def track_env() -> Iterator[dict]:
+    """Record the environment variables this thread's user code reads while the block runs:
+    `with track_env() as env: ...; env` is {name: value_hash}."""
+    _install()
+    reads: dict = {}
+    stack = getattr(_LOCAL, "stack", None)
+    if stack is None:
+        stack = _LOCAL.stack = []
+    stack.append(reads)
+    try:
+        yield reads
+    finally:
+        stack.remove(reads)
+
+
+def changed(recorded: Optional[dict]) -> list:
+    """The recorded variables whose value is not what was recorded (set, unset or changed),
+    sorted: empty when a hit may be served."""
+    return sorted(k for k, h in (recorded or {}).items() if value_hash(os.environ.get(k)) != h)
