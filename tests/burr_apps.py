@@ -458,6 +458,33 @@ def judge(state: State) -> State:
     return state.update(verdict="long" if state["words"] > 3 else "short")
 
 
+@action(reads=["cfg"], writes=["count"])
+def register_item(state: State) -> State:
+    """Changes a field it only reads, in place: Burr's state shares the object, so the change
+    is in the state after the step (the next node sees it)."""
+    CALLS.append("register_item")
+    state["cfg"]["items"].append("x")
+    return state.update(count=len(state["cfg"]["items"]))
+
+
+@action(reads=["cfg"], writes=["seen"])
+def list_items(state: State) -> State:
+    CALLS.append("list_items")
+    return state.update(seen=list(state["cfg"]["items"]))
+
+
+def in_place_app() -> App:
+    graph = (
+        GraphBuilder()
+        .with_actions(register_item, list_items)
+        .with_transitions(("register_item", "list_items"))
+        .build()
+    )
+    return App("in-place", graph, "register_item", {"cfg": {"items": []}}, [(None, None)],
+               mid="register_item", edit_at="register_item", edit={"cfg": {"items": ["a"]}},
+               executed_after_edit=["register_item", "list_items"])
+
+
 def whole_state_app() -> App:
     graph = (
         GraphBuilder()
@@ -482,4 +509,5 @@ APPS = {
     "async": async_app,
     "flaky-research": flaky_research_app,
     "whole-state": whole_state_app,
+    "in-place": in_place_app,
 }

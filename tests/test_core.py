@@ -6,6 +6,7 @@ import json
 import sqlite3
 
 import pytest
+from burr.core import ApplicationBuilder
 from burr.core.graph import GraphBuilder
 
 import rewind
@@ -484,7 +485,10 @@ def test_an_ancestors_later_edit_is_replayed_when_forking_earlier(store_url):
     assert f2.step("polish").outputs["report"] == "EDITED DRAFT"
 
 
-def test_in_place_change_of_a_read_does_not_leak_into_state(store_url):
+def test_in_place_change_of_a_read_is_kept_as_burr_keeps_it_and_replays(store_url):
+    """Burr's state shares the node's objects, so a read changed in place is changed in the
+    state after the step; Rewind keeps it too (as an undeclared write, recorded by value, so
+    the step before keeps its own value), and a no-edit fork replays it from the cache."""
     @action(reads=["cfg"], writes=["out"])
     def bump(state):
         cfg = state["cfg"]
@@ -497,9 +501,14 @@ def test_in_place_change_of_a_read_does_not_leak_into_state(store_url):
         return state.update(final=[state["cfg"]["n"], state["out"]])
 
     graph = GraphBuilder().with_actions(bump=bump, report=report).with_transitions(("bump", "report")).build()
+    app = ApplicationBuilder().with_graph(graph).with_entrypoint("bump").with_state(cfg={"n": 0}).build()
+    app.run(halt_after=["report"])
     rw = Rewind(store_url)
     run = rw.run(Pipeline("inplace", graph, "bump"), {"cfg": {"n": 0}})
-    assert run.step("report").outputs["final"] == [0, 1]
+    assert run.step("report").outputs["final"] == app.state["final"] == [1, 1]
+    assert rw.state_at(run.step("bump"))["cfg"] == {"n": 1}
+    assert run.step("bump").input_refs and rw.store.values(
+        {"cfg": run.step("bump").input_refs["cfg"]})["cfg"] == {"n": 0}  # what it was given
     fork = rw.fork(run.id, at="bump")
     assert fork.total_tokens == 0
     assert [s.output_hash for s in fork.steps] == [s.output_hash for s in run.steps]

@@ -23,9 +23,11 @@ from typing import Any, Optional
 from burr.core import State
 
 from ..errors import RewindError, UndeclaredRead
-from ..hashing import is_internal_key
+from ..hashing import canonical_json, is_internal_key
 from ..metering import StepMeter, metering
 from . import burr_compat
+
+_IMMUTABLE = (str, int, float, bool, bytes, type(None))
 
 
 class ReadGuard(State):
@@ -163,10 +165,11 @@ def execute_node(node: str, runner: Any, readable: dict, reads: list, writes: li
     if not writes and isinstance(result, dict):
         # a node that writes nothing (Burr's Result): what it returns is what it produced
         outputs = {k: v for k, v in result.items() if not is_internal_key(k)}
-    # set without being declared: not in the view, or a read whose value was replaced
-    seen = view.get_all()
+    # set without being declared: a field not in the view, or a read whose value was replaced
+    # or changed in place (the view holds copies: Burr's state shares the node's objects, so
+    # Burr keeps such a change)
     extra = [k for k, v in values.items() if k not in writes and not is_internal_key(k)
-             and (k not in seen or _replaced(v, seen[k]))]
+             and (k not in readable or _replaced(v, readable[k]))]
     for k in extra:
         outputs[k] = values[k]
     kept = None
@@ -185,12 +188,22 @@ def execute_node(node: str, runner: Any, readable: dict, reads: list, writes: li
 
 
 def _replaced(value: Any, before: Any) -> bool:
+    """Does a read field hold another value than before the node ran (`value` may be the
+    view's copy of `before`)? Told by equality, else by canonical JSON; a value with neither
+    (an object with no encoding) is taken as it was."""
     if value is before:
         return False
+    if type(value) in _IMMUTABLE:
+        return type(before) is not type(value) or value != before
     try:
-        return bool(value != before)
-    except Exception:  # no truth value for the comparison (an array): replaced, to be safe
-        return True
+        if value == before:
+            return False
+    except Exception:  # no truth value for the comparison (an array): compare encodings
+        pass
+    try:
+        return canonical_json(value) != canonical_json(before)
+    except Exception:
+        return False
 
 
 def apply_outputs(state: State, outputs: dict, writes: list, deleted: list = ()) -> State:
