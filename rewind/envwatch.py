@@ -16,9 +16,10 @@ import hashlib
 import os
 import sys
 import threading
-from typing import Iterator, Optional
+from typing import Optional
 
 from .codeorigin import STDLIB, USER, module_kind
+from .filewatch import on_thread_stack
 
 _LOCAL = threading.local()
 _INSTALL_LOCK = threading.Lock()
@@ -67,20 +68,11 @@ def _install() -> None:
         _INSTALLED = True
 
 
-@contextlib.contextmanager
-def track_env() -> Iterator[dict]:
+def track_env() -> contextlib.AbstractContextManager:
     """Record the environment variables this thread's user code reads while the block runs:
     `with track_env() as env: ...; env` is {name: value_hash}."""
     _install()
-    reads: dict = {}
-    stack = getattr(_LOCAL, "stack", None)
-    if stack is None:
-        stack = _LOCAL.stack = []
-    stack.append(reads)
-    try:
-        yield reads
-    finally:
-        stack.remove(reads)
+    return on_thread_stack(_LOCAL, {})
 
 
 def changed(recorded: Optional[dict]) -> list:

@@ -20,7 +20,7 @@ import os
 import pathlib
 import threading
 import time
-from typing import Iterator, Optional
+from typing import Any, Iterator, Optional
 
 _LOCAL = threading.local()
 _INSTALL_LOCK = threading.Lock()
@@ -127,19 +127,24 @@ def _install() -> None:
 
 
 @contextlib.contextmanager
-def track_reads(root: Optional[str] = None) -> Iterator[Reads]:
+def on_thread_stack(local: threading.local, recorder: Any) -> Iterator[Any]:
+    """`recorder` on this thread's stack of `local` while the block runs (the patched reads
+    record into every recorder there: nested steps each see their own reads)."""
+    stack = getattr(local, "stack", None)
+    if stack is None:
+        stack = local.stack = []
+    stack.append(recorder)
+    try:
+        yield recorder
+    finally:
+        stack.remove(recorder)
+
+
+def track_reads(root: Optional[str] = None) -> contextlib.AbstractContextManager:
     """Record the files this thread opens for reading under `root` (default: the working
     directory) while the block runs: `with track_reads() as reads: ...; reads.files`."""
     _install()
-    reads = Reads(root or os.getcwd())
-    stack = getattr(_LOCAL, "stack", None)
-    if stack is None:
-        stack = _LOCAL.stack = []
-    stack.append(reads)
-    try:
-        yield reads
-    finally:
-        stack.remove(reads)
+    return on_thread_stack(_LOCAL, Reads(root or os.getcwd()))
 
 
 # (absolute path) -> (mtime_ns, size, inode, hash): a hit re-checks its files without reading
