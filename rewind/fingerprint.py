@@ -277,9 +277,12 @@ class _Walk:
             self.add(f"{unit}.<method>", value.__name__)
             self.reach_value(owner, f"{unit}.__self__")
             return
-        wrapped = getattr(value, "__wrapped__", None) if callable(value) else None
-        if wrapped is not None and not isinstance(value, type) and not inspect.isfunction(value):
-            self.reach_value(wrapped, unit)  # functools.cache / lru_cache: the function inside
+        # functools.cache / lru_cache: the function inside (its own attribute: a proxy that
+        # answers any name would hand out a new `__wrapped__` for ever)
+        wrapped = (getattr(value, "__dict__", None) or {}).get("__wrapped__") if callable(value) else None
+        if wrapped is not None and not isinstance(value, (type, types.FunctionType)) and id(value) not in self.seen:
+            self.seen.add(id(value))
+            self.reach_value(wrapped, unit)
             return
         if inspect.isfunction(value) or inspect.isbuiltin(value) or isinstance(value, type):
             kind = module_kind(getattr(value, "__module__", None) or "")
@@ -320,17 +323,23 @@ class _Walk:
         self.seen.add(id(value))
         self.depth += 1
         try:
-            if module_kind(type(value).__module__ or "") == USER:
-                key = getattr(value, "rewind_key", None)
-                if key is not None:  # the object says what it is (hashing.param_hash honours it too)
-                    self.add(f"{unit}.rewind_key", hashing.param_hash(key() if callable(key) else key, unit))
-                    return
-            parts = parts_of(value)[: self.parts_left]
+            parts = parts_of(value, self.spell)[: self.parts_left]
             self.parts_left -= len(parts)
             for name, part in parts:
                 self.reach_value(part, f"{unit}{name}")
         finally:
             self.depth -= 1
+
+    def spell(self, key: Any) -> str:
+        """A dict key's or a set item's name in a unit: its canonical JSON, else the digest of
+        its own walk (a repr may hold a memory address)."""
+        try:
+            return hashing.canonical_json(key).decode("utf-8")
+        except Exception:
+            sub = _Walk()
+            sub.parts_left = min(self.parts_left, 1000)
+            sub.reach_value(key, "key")
+            return "~" + hashing.canonical_hash(sub.reach)[:16]
 
     def scan_code(self, f: Any, code: types.CodeType) -> None:
         chains, imports = _scan(code)
@@ -405,7 +414,7 @@ class _Walk:
 
 def _read_binding(where: tuple) -> Any:
     kind = where[0]
-    if kind == "g":
+    if kind in ("g", "d"):  # a module's globals, a class's members
         return where[1].get(where[2], _MISSING)
     if kind == "c":
         try:
@@ -414,8 +423,6 @@ def _read_binding(where: tuple) -> Any:
             return _MISSING
     if kind == "a":
         return getattr(where[1], where[2], _MISSING)
-    if kind == "d":
-        return where[1].get(where[2], _MISSING)
     return sys.modules.get(where[1], _MISSING)
 
 
@@ -423,8 +430,7 @@ def _read_binding(where: tuple) -> Any:
 # state while its own walk is under way is keyed by name, so the walk ends.
 _ACTIVE = threading.local()
 
-# (fn, version) -> (mapping bindings to re-read, other bindings, digest, units); a binding is
-# kept with the object it was bound to
+# (fn, version) -> (mapping bindings to re-read, other bindings, digest, units), each binding with its object
 _FINGERPRINTS: dict = {}
 
 

@@ -7,30 +7,47 @@ a socket) is known by its type alone. A class member is taken apart into the fun
 from __future__ import annotations
 
 import copyreg
+import fractions
 import functools
 import inspect
-from typing import Any
+import pathlib
+import string
+import types
+from typing import Any, Callable
 
 from .codeorigin import USER, module_kind
 
 PARTS_DEPTH = 8  # how deep an object is followed into its parts
 PARTS_MAX = 10_000  # and how many parts in all, so a huge object graph costs a bounded walk
+# standard-library types that are values, taken apart by what they pickle as
+_VALUE_TYPES = (string.Template, types.SimpleNamespace, pathlib.PurePath, fractions.Fraction)
 
 
-def parts_of(value: Any) -> list:
-    """[(suffix, part)] of a value to_canonical refused: the items of a dict, list or tuple
-    (holding functions or objects), an object's attributes, else its `__reduce_ex__` state."""
+def parts_of(value: Any, spell: Callable[[Any], str]) -> list:
+    """[(suffix, part)] of a value to_canonical refused: the items of a container (a dict's
+    keys and a set's items named by `spell`, sorted: a repr may hold an address, a set's order
+    is this process's), a user object's attributes, else what it pickles as, for user types and
+    the standard library's value types only. Any other standard-library object (a thread, the
+    environment, an executor) may hold what is this process's own: it is known by its type."""
     if isinstance(value, dict):
-        return sorted(((f"[{k!r}]", v) for k, v in value.items()), key=lambda kv: kv[0])
+        return sorted(((f"[{spell(k)}]", v) for k, v in value.items()), key=lambda kv: kv[0])
+    if isinstance(value, (set, frozenset)):
+        return sorted(((f"{{{spell(v)}}}", v) for v in value), key=lambda kv: kv[0])
     if isinstance(value, (list, tuple)):
         return [(f"[{i}]", v) for i, v in enumerate(value)]
+    user = module_kind(type(value).__module__ or "") == USER
+    key = getattr(value, "rewind_key", None) if user else None
+    if key is not None:  # the object says what it is (hashing.param_hash honours it too)
+        return [(".rewind_key", key() if callable(key) else key)]
     state = getattr(value, "__dict__", None)
-    if isinstance(state, dict) and module_kind(type(value).__module__ or "") == USER:
+    if isinstance(state, dict) and user:
         slots = slot_names(type(value))
         parts = [(f".{n}", state[n]) for n in sorted(state, key=str) if isinstance(n, str)]
         return parts + [(f".{n}", getattr(value, n)) for n in sorted(set(slots)) if hasattr(value, n)]
+    reducer = copyreg.dispatch_table.get(type(value))
+    if not (user or reducer is not None or isinstance(value, _VALUE_TYPES)):
+        return []
     try:  # as pickle would: the copyreg table first (re.Pattern is pickled through it)
-        reducer = copyreg.dispatch_table.get(type(value))
         reduced = reducer(value) if reducer is not None else value.__reduce_ex__(4)
     except Exception:  # a lock, a socket, a connection: nothing to say but its type
         return []

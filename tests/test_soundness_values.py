@@ -268,3 +268,46 @@ def test_environment_reads_of_rewind_and_installed_packages_are_not_part_of_a_st
     with envwatch.track_env() as env:
         os.environ.get("HOME")  # this test module is user code: recorded, by hash only
     assert set(env) == {"HOME"} and env["HOME"] != os.environ["HOME"]
+
+
+STABLE = {  # name: (helpers.py, the node's expression): unchanged code, the same key in any process
+    "a set of user objects hashed by a string": (
+        "class Tool:\n    def __init__(self, name):\n        self.name = name\n"
+        "    def __hash__(self):\n        return hash(self.name)\n"
+        "    def __eq__(self, other):\n        return isinstance(other, Tool) and other.name == self.name\n"
+        'TOOLS = {Tool("search"), Tool("calc"), Tool("wiki"), Tool("news")}\n',
+        'str(sorted(t.name for t in helpers.TOOLS)) + state["x"]'),
+    "a dict keyed by functions": (
+        'def parse_json(s):\n    return s\ndef parse_csv(s):\n    return s\n'
+        'PARSERS = {parse_json: "json", parse_csv: "csv"}\n',
+        'str(sorted(helpers.PARSERS.values())) + state["x"]'),
+    "the environment imported by name": (
+        "from os import environ\ndef greeting():\n    return environ.get('GREETING', 'hi')\n",
+        'helpers.greeting() + state["x"]'),
+    "a thread object": (
+        "import threading\nMAIN = threading.main_thread()\n"
+        "def is_main():\n    return threading.current_thread() is MAIN\n",
+        'str(helpers.is_main()) + state["x"]'),
+    "a MagicMock": (
+        "from unittest import mock\nCLIENT = mock.MagicMock()\n"
+        "def ping():\n    CLIENT.ping()\n    return 'pong'\n",
+        'helpers.ping() + state["x"]'),
+    "a proxy answering every attribute": (
+        "class Anything:\n    def __getattr__(self, name):\n        return Anything()\n"
+        "    def __call__(self, *a, **k):\n        return Anything()\n"
+        "SETTINGS = Anything()\ndef touch():\n    SETTINGS.x\n    return 'ok'\n",
+        'helpers.touch() + state["x"]'),
+}
+
+
+@pytest.mark.parametrize("case", sorted(STABLE))
+def test_unchanged_code_holding_process_bound_values_hits_in_a_new_process(project, case, monkeypatch):
+    """Found by a review of this change: sets and function-keyed dicts spelled in this process's
+    order or addresses, the environment and a thread's ids taken apart, proxies followed for
+    ever. An unrelated environment variable changing between the runs changes nothing."""
+    helpers, expr = STABLE[case]
+    db = os.path.join(project, "rewind.db")
+    assert _run(project, db, helpers, "", expr)[0] == "executed"
+    monkeypatch.setenv("SOME_UNRELATED_VARIABLE", "1")
+    status, ours, burrs = _run(project, db, helpers, "", expr)
+    assert status == "cached" and ours == burrs
