@@ -12,7 +12,6 @@ Recorded: {name: sha256 of the value, "" when unset}; never the value itself.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import os
 import sys
 import threading
@@ -20,6 +19,7 @@ from typing import Optional
 
 from .codeorigin import STDLIB, USER, module_kind
 from .filewatch import on_thread_stack
+from .hashing import sha256_hex
 
 _LOCAL = threading.local()
 _INSTALL_LOCK = threading.Lock()
@@ -28,7 +28,7 @@ UNSET = ""  # what is recorded for a variable that was not set
 
 
 def value_hash(value: Optional[str]) -> str:
-    return UNSET if value is None else hashlib.sha256(value.encode("utf-8", "surrogateescape")).hexdigest()
+    return UNSET if value is None else sha256_hex(value.encode("utf-8", "surrogateescape"))
 
 
 def _caller_is_user() -> bool:

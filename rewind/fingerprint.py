@@ -30,7 +30,7 @@ from typing import Any, Callable, Optional
 
 from . import hashing
 from .bytecode import code_text as _code_text, names_used as _names_used, scan as _scan
-from .objectparts import PARTS_DEPTH, PARTS_MAX, functions_of, parts_of, slot_names
+from .objectparts import PARTS_DEPTH, PARTS_MAX, attributes, functions_of, parts_of
 from .codeorigin import (  # noqa: F401  (re-exported: hashing keys params with them)
     FRAMEWORK, PACKAGE, STDLIB, USER, distribution_of, import_user_module, module_kind, type_name,
     version_of,
@@ -238,13 +238,8 @@ class _Walk:
 
     def visit_instance(self, obj: Any) -> None:
         self.visit_class(type(obj))
-        state = getattr(obj, "__dict__", None)
-        if isinstance(state, dict):
-            for name in sorted(state, key=str):
-                self.add(f"{_unit(type(obj))}.self.{name}", hashing.param_hash(state[name], name))
-        for name in slot_names(type(obj)):  # a slotted instance holds its values there
-            if hasattr(obj, name):
-                self.add(f"{_unit(type(obj))}.self.{name}", hashing.param_hash(getattr(obj, name), name))
+        for name, value in attributes(obj):  # a slotted instance holds its values in its slots
+            self.add(f"{_unit(type(obj))}.self.{name}", hashing.param_hash(value, name))
 
     def visit_bound(self, m: Any) -> None:
         owner = m.__self__

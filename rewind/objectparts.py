@@ -39,11 +39,8 @@ def parts_of(value: Any, spell: Callable[[Any], str]) -> list:
     key = getattr(value, "rewind_key", None) if user else None
     if key is not None:  # the object says what it is (hashing.param_hash honours it too)
         return [(".rewind_key", key() if callable(key) else key)]
-    state = getattr(value, "__dict__", None)
-    if isinstance(state, dict) and user:
-        slots = slot_names(type(value))
-        parts = [(f".{n}", state[n]) for n in sorted(state, key=str) if isinstance(n, str)]
-        return parts + [(f".{n}", getattr(value, n)) for n in sorted(set(slots)) if hasattr(value, n)]
+    if user and isinstance(getattr(value, "__dict__", None), dict):
+        return [(f".{n}", v) for n, v in attributes(value) if isinstance(n, str)]
     reducer = copyreg.dispatch_table.get(type(value))
     if not (user or reducer is not None or isinstance(value, _VALUE_TYPES)):
         return []
@@ -54,6 +51,13 @@ def parts_of(value: Any, spell: Callable[[Any], str]) -> list:
     if not isinstance(reduced, tuple):
         return []
     return [(f".<reduce {i}>", part) for i, part in enumerate(reduced[1:3]) if part is not None]
+
+
+def attributes(obj: Any) -> list:
+    """[(name, value)] of an instance: its `__dict__` (sorted), then its slots."""
+    state = getattr(obj, "__dict__", None)
+    out = [(n, state[n]) for n in sorted(state, key=str)] if isinstance(state, dict) else []
+    return out + [(n, getattr(obj, n)) for n in slot_names(type(obj)) if hasattr(obj, n)]
 
 
 def slot_names(cls: type) -> list:

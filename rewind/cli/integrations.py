@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 
 from ..errors import InvalidRequest
+from ..paths import nearest_existing
 from .inputs import json_object, read_text
 from .runs import open_rewind, resolve_pipeline
 
@@ -13,9 +14,7 @@ EXIT_OK = 0
 
 def check_dir(path: str, flag: str) -> None:
     """Refuse a directory to write into that is a file, or lies under one, before any work."""
-    here = os.path.abspath(path)
-    while not os.path.lexists(here) and here != os.path.dirname(here):
-        here = os.path.dirname(here)
+    here = nearest_existing(path)
     if os.path.isdir(here):
         return
     if here == os.path.abspath(path):

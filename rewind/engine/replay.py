@@ -299,12 +299,12 @@ class ReplayAction(SingleStepAction):
             entry, expired, ctx.use_cache, ctx.allow_side_effects, bool(ctx.parent_id),
             spec.units, self._earlier(ctx, spec, record),
         )
-        if record.files_changed:
-            record.reason = (f"{spec.node} ran again because file "
-                             + ", ".join(f"`{f}`" for f in record.files_changed) + " changed")
-        elif record.env_changed:
-            record.reason = (f"{spec.node} ran again because environment variable "
-                             + ", ".join(f"`{v}`" for v in record.env_changed) + " changed")
+        for what, names in (("file", record.files_changed),
+                            ("environment variable", record.env_changed)):
+            if names:  # what the key does not hold changed: the reason names it
+                record.reason = (f"{spec.node} ran again because {what} "
+                                 + ", ".join(f"`{n}`" for n in names) + " changed")
+                break
         if record.integrity_note:
             record.reason += f" (cache entry rejected: {record.integrity_note})"
         meter = StepMeter(node=spec.node, tool_store=ctx.store if ctx.use_cache else None)

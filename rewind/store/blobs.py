@@ -28,6 +28,14 @@ _IMMUTABLE = (str, int, float, bool, type(None))
 _COMPARE_CHUNK = 100  # (hash, bytes) pairs per comparison statement
 
 
+def blob_insert(chunk: list, blobs: dict, now: float, returning: str = "") -> tuple:
+    """(sql, params) inserting the blobs of `chunk` that are not stored yet."""
+    values = ", ".join(["(?, ?, ?, ?)"] * len(chunk))
+    return (f"INSERT INTO blobs (hash, data, size, created_at) VALUES {values} "
+            f"ON CONFLICT (hash) DO NOTHING{returning}",
+            [x for h in chunk for x in (h, blobs[h], len(blobs[h]), now)])
+
+
 class SQLBlobs(SQLBase, BlobStore):
     def _init_blob_memory(self) -> None:
         # Blobs this process read and verified or wrote and committed, least recently used
@@ -96,12 +104,7 @@ class SQLBlobs(SQLBase, BlobStore):
         before (to be compared). The statement's row count says whether all went in: then
         none was there (the common case, with no row sent back); else every one is compared,
         the ones just inserted being equal by construction."""
-        values = ", ".join(["(?, ?, ?, ?)"] * len(chunk))
-        cur = self.execute(
-            f"INSERT INTO blobs (hash, data, size, created_at) VALUES {values} "
-            "ON CONFLICT (hash) DO NOTHING",
-            [x for h in chunk for x in (h, blobs[h], len(blobs[h]), now)],
-        )
+        cur = self.execute(*blob_insert(chunk, blobs, now))
         return [] if cur.rowcount == len(chunk) else list(chunk)
 
     def _differing(self, hashes: list, blobs: dict) -> list:

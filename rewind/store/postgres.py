@@ -20,6 +20,7 @@ from typing import Any, Iterator, Optional, Sequence
 
 from ..errors import InvalidRequest, StoreError
 from ..hashing import sha256_hex
+from .blobs import blob_insert
 from .burr_state import BlobRefPersisterMixin
 from .pg_admin import CONNECT_TIMEOUT_S, redact
 from .rows import PARTITION_KEY
@@ -220,12 +221,7 @@ class PostgresStore(SQLStore):
     def _insert_blob_rows(self, chunk: list, blobs: dict, now: float) -> list:
         # writes here are held to travel with the next statement, and a held INSERT has no row
         # count: RETURNING names the rows it inserted
-        values = ", ".join(["(?, ?, ?, ?)"] * len(chunk))
-        inserted = {r[0] for r in self.query(
-            f"INSERT INTO blobs (hash, data, size, created_at) VALUES {values} "
-            "ON CONFLICT (hash) DO NOTHING RETURNING hash",
-            [x for h in chunk for x in (h, blobs[h], len(blobs[h]), now)],
-        )}
+        inserted = {r[0] for r in self.query(*blob_insert(chunk, blobs, now, " RETURNING hash"))}
         return [h for h in chunk if h not in inserted]
 
     def _differing(self, hashes: list, blobs: dict) -> list:

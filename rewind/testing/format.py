@@ -36,6 +36,7 @@ from typing import Any
 
 from .. import serde
 from ..errors import InvalidRequest
+from ..paths import nearest_existing
 
 FORMAT = "rewind-snapshot"
 VERSION = 1
@@ -84,9 +85,7 @@ def destination(path: Any, what: str = "path") -> Path:
         kind = "a directory" if stat.S_ISDIR(st.st_mode) else "not a regular file"
         raise InvalidRequest(f"{what} {os.fspath(path)} is {kind}; give the path of a snapshot "
                              "file (e.g. tests/rewind/NAME.json)", field=what)
-    parent = target.parent
-    while not os.path.lexists(parent) and parent != parent.parent:
-        parent = parent.parent
+    parent = nearest_existing(str(target.parent))
     if not os.path.isdir(parent):
         raise InvalidRequest(f"{what} {os.fspath(path)} cannot be created: {parent} is not a "
                              "directory", field=what)
