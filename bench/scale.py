@@ -41,7 +41,9 @@ def _dbstat(path: str) -> dict:
     return out
 
 
-def _checkpoint_size(path: str) -> int:
+def _checkpoint_size(path: str, store=None) -> int:
+    if store is not None:  # its background checkpoint held off meanwhile
+        store.checkpoint_wal("TRUNCATE")
     conn = sqlite3.connect(path)
     try:
         conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
@@ -60,11 +62,11 @@ def bench_fork_bytes(fig: Figures, cfg: dict, tmp: str) -> None:
         root = rw.run(pipeline, {"topic": W.topic(1)}, use_cache=False)
         for _ in range(10):
             rw.fork(root.id, at=FORK_AT)
-        size0, stat0 = _checkpoint_size(path), _dbstat(path)
+        size0, stat0 = _checkpoint_size(path, rw.store), _dbstat(path)
         n = cfg["fork_bytes_forks"]
         for _ in range(n):
             rw.fork(root.id, at=FORK_AT)
-        size1, stat1 = _checkpoint_size(path), _dbstat(path)
+        size1, stat1 = _checkpoint_size(path, rw.store), _dbstat(path)
     per_table = {
         t: round((stat1[t]["payload"] - stat0.get(t, {"payload": 0})["payload"]) / n)
         for t in stat1 if stat1[t]["payload"] != stat0.get(t, {"payload": 0})["payload"]

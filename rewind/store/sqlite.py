@@ -21,6 +21,7 @@ from burr.core.persistence import SQLitePersister
 from ..errors import StoreError
 from .burr_state import BlobRefPersisterMixin
 from .cache import ADD_HITS_SQL
+from .checkpointer import VALVE_PAGES, WalCheckpointer
 from .schema import BURR_TABLE, SEARCH_COLUMNS
 from .sql import invalid_unicode
 from .sqlstore import SQLStore
@@ -100,6 +101,8 @@ class SQLiteStore(SQLStore):
             if read_only and not os.path.exists(self.path):
                 raise StoreError(f"cannot open {self.path} read-only: there is no such file")
         self._immutable = False
+        self.checkpointer = None if read_only or self.path == ":memory:" else (
+            WalCheckpointer(self.path, BUSY_TIMEOUT_MS))
         super().__init__(self.path, read_only=bool(read_only), read_only_reason=reason)
 
     # connections ---------------------------------------------------------------------------
@@ -118,6 +121,8 @@ class SQLiteStore(SQLStore):
             conn.execute("PRAGMA journal_mode = WAL")  # written once, when the file is new
         conn.execute("PRAGMA synchronous = NORMAL")
         conn.execute("PRAGMA foreign_keys = OFF")
+        if self.checkpointer is not None:  # checkpoints run on its thread (checkpointer)
+            conn.execute(f"PRAGMA wal_autocheckpoint = {VALVE_PAGES}")
         return conn
 
     def _open_read_only(self) -> sqlite3.Connection:
@@ -249,6 +254,8 @@ class SQLiteStore(SQLStore):
             raise
         conn.depth = 0
         conn.execute("COMMIT")
+        if self.checkpointer is not None:
+            self.checkpointer.note_commit()
 
     @contextlib.contextmanager
     def schema_lock(self) -> Iterator[None]:
@@ -391,6 +398,18 @@ class SQLiteStore(SQLStore):
             except sqlite3.OperationalError:
                 self._search_index = False
         return self._search_index
+
+    def checkpoint_wal(self, mode: str = "TRUNCATE") -> tuple:
+        """Copy the write-ahead log into the database file now (the background checkpoint held
+        off meanwhile); SQLite's (busy, log pages, checkpointed pages)."""
+        if self.checkpointer is None:
+            return tuple(self.connection.execute(f"PRAGMA wal_checkpoint({mode})").fetchone())
+        return self.checkpointer.checkpoint(self.connection, mode)
+
+    def close(self) -> None:
+        if self.checkpointer is not None:
+            self.checkpointer.close()
+        super().close()
 
     def db_size_bytes(self) -> int:
         total = 0

@@ -1,0 +1,147 @@
+"""The WAL checkpointer: copies a SQLite store's write-ahead log into the database file on a
+thread of its own, so no step waits for a checkpoint's fsync.
+
+SQLite checkpoints a WAL database inside the COMMIT that takes the log past
+`wal_autocheckpoint` pages (1,000 by default). On this machine that checkpoint costs ~12 ms,
+nearly all of it the fsync of the database file (1.1 ms with synchronous=OFF), and it lands
+on whichever step happened to commit then: a first run of 8 nodes writes ~156 pages, so about
+one run in six paid it. Here each writer connection raises its own threshold to a safety
+valve (`VALVE_PAGES`) and, every `COMMITS_PER_CHECKPOINT` commits, wakes a thread that runs
+a PASSIVE checkpoint on its own connection (it never blocks a writer or a reader; sqlite3
+lets other threads run while it waits on the disk).
+
+A PASSIVE checkpoint that overlaps a commit leaves the newest frames in the log, and SQLite
+rewinds the log to its start only after a checkpoint that copied all of it; under writes with
+no pause the log would only grow. The valve bounds it: past VALVE_PAGES the committing
+connection checkpoints by itself, as SQLite always did, with little left to copy.
+
+What the thread does with SQLite it does holding `lock`: `os.fork()` waits for it (a child
+must not inherit a thread stopped inside SQLite), and so does an explicit checkpoint
+(`checkpoint`). An idle thread exits after IDLE_EXIT_S and is started again on demand.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sqlite3
+import threading
+import weakref
+from typing import Optional
+
+COMMITS_PER_CHECKPOINT = 16  # ~300-500 pages of a recording, ~280 of no-edit forks
+VALVE_PAGES = 8_192  # 32 MB of log at 4 KB pages: the writer's own autocheckpoint
+IDLE_EXIT_S = 5.0
+logger = logging.getLogger("rewind")
+
+_live: "weakref.WeakSet[WalCheckpointer]" = weakref.WeakSet()
+
+
+class WalCheckpointer:
+    """Checkpoints the WAL of the database at `path` off the committing thread."""
+
+    def __init__(self, path: str, busy_timeout_ms: int):
+        self.path = path
+        self.busy_timeout_ms = busy_timeout_ms
+        self.lock = threading.Lock()  # held for every use of SQLite by the thread
+        self._state = threading.Lock()  # guards _thread, _pid, _closed
+        self._wake = threading.Event()
+        self.passes = 0  # checkpoints the thread ran (tests wait on `checkpointed`)
+        self.checkpointed = threading.Event()
+        self._commits = 0
+        self._thread: Optional[threading.Thread] = None
+        self._pid = os.getpid()
+        self._closed = False
+        _live.add(self)
+
+    def note_commit(self) -> None:
+        """Called after each commit of a writer connection: every COMMITS_PER_CHECKPOINT
+        commits, the thread is woken (started if it is not running)."""
+        self._commits += 1
+        if self._commits < COMMITS_PER_CHECKPOINT:
+            return
+        self._commits = 0
+        with self._state:
+            if self._closed:
+                return
+            if self._pid != os.getpid():  # a forked child: the parent's thread is not here
+                self._pid, self._thread, self._wake = os.getpid(), None, threading.Event()
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._loop, name="rewind-wal-checkpoint",
+                                                daemon=True)
+                self._thread.start()
+        self._wake.set()
+
+    def checkpoint(self, connection, mode: str = "TRUNCATE") -> tuple:
+        """Checkpoint now on `connection` (the caller's), with the thread held off; returns
+        SQLite's (busy, log pages, checkpointed pages)."""
+        with self.lock:
+            return tuple(connection.execute(f"PRAGMA wal_checkpoint({mode})").fetchone())
+
+    def close(self) -> None:
+        """Stop the thread and close its connection (before the store closes its own, so the
+        last connection to close can still remove the log). A store used again after its
+        close starts a new one."""
+        with self._state:
+            self._closed = True
+            thread = self._thread if self._pid == os.getpid() else None
+        self._wake.set()
+        if thread is not None and thread is not threading.current_thread():
+            thread.join()
+        with self._state:
+            self._closed, self._wake = False, threading.Event()
+
+    def _loop(self) -> None:
+        conn = None
+        wake = self._wake
+        try:
+            while True:
+                if not wake.wait(IDLE_EXIT_S):
+                    with self._state:
+                        if not wake.is_set():  # nobody woke it while it decided to go
+                            self._thread = None
+                            return
+                wake.clear()
+                if self._closed:
+                    return
+                with self.lock:
+                    try:
+                        if conn is None:
+                            conn = self._open()
+                        conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+                        self.passes += 1
+                        self.checkpointed.set()
+                    except sqlite3.Error as e:  # another checkpointer, a vanished file: later
+                        logger.debug("background checkpoint of %s: %s", self.path, e)
+        finally:
+            if conn is not None:
+                with self.lock:
+                    conn.close()
+            with self._state:
+                if self._thread is threading.current_thread():
+                    self._thread = None
+
+    def _open(self) -> sqlite3.Connection:
+        conn = sqlite3.connect(self.path, timeout=self.busy_timeout_ms / 1000,
+                               isolation_level=None, check_same_thread=False)
+        conn.execute("PRAGMA synchronous = NORMAL")
+        return conn
+
+
+_held: list = []  # the locks _before_fork took, for _after_fork to give back
+
+
+def _before_fork() -> None:
+    for c in list(_live):
+        c.lock.acquire()
+        _held.append(c.lock)
+
+
+def _after_fork() -> None:
+    while _held:
+        _held.pop().release()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(before=_before_fork, after_in_parent=_after_fork,
+                        after_in_child=_after_fork)
