@@ -41,6 +41,9 @@ def _caller_is_user() -> bool:
     return False
 
 
+_ENVIRONB = getattr(os, "environb", None)  # the same variables as bytes (POSIX)
+
+
 def _install() -> None:
     global _INSTALLED
     with _INSTALL_LOCK:
@@ -51,15 +54,18 @@ def _install() -> None:
 
         def __getitem__(self, key):
             stack = getattr(_LOCAL, "stack", None)
-            if not stack or self is not os.environ or not isinstance(key, str):
+            if not stack or not (self is os.environ or self is _ENVIRONB) \
+                    or not isinstance(key, (str, bytes)):
                 return original(self, key)
             try:
                 value = original(self, key)
             except KeyError:
                 value = None
-            if _caller_is_user():
+            if _caller_is_user():  # os.environb's bytes: recorded as os.environ's text
+                name = key if isinstance(key, str) else os.fsdecode(key)
+                seen = value_hash(value if self is os.environ else os.environ.get(name))
                 for reads in stack:
-                    reads.setdefault(key, value_hash(value))
+                    reads.setdefault(name, seen)
             if value is None:
                 raise KeyError(key) from None
             return value

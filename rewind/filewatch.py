@@ -56,11 +56,15 @@ class Reads:
             return  # a file descriptor: no name to re-check
         if isinstance(path, bytes):
             path = os.fsdecode(path)
-        real = os.path.realpath(os.path.abspath(path))
-        rel = _relative(real, self.root)
+        # by the name it was opened by: a symlink re-pointed later must be a change, so
+        # it is re-checked by that name, not by the target it had
+        opened = os.path.abspath(path)
+        rel = _relative(opened, os.path.abspath(self._root))
+        if rel is None:
+            rel = _relative(os.path.realpath(opened), self.root)
         if rel is None or rel in self.files:
             return
-        self.files[rel] = file_hash(real)
+        self.files[rel] = file_hash(opened)
 
 
 def _relative(real: str, root: str) -> Optional[str]:

@@ -29,8 +29,9 @@ import types
 from typing import Any, Callable, Optional
 
 from . import hashing
+from .dynamicreach import looks_up_dynamically, module_units, reachable_modules
 from .bytecode import code_text as _code_text, names_used as _names_used, scan as _scan
-from .objectparts import PARTS_DEPTH, PARTS_MAX, attributes, functions_of, parts_of
+from .objectparts import PARTS_DEPTH, PARTS_MAX, attributes, functions_of, made_of_user_code, parts_of
 from .codeorigin import (  # noqa: F401  (re-exported: hashing keys params with them)
     FRAMEWORK, PACKAGE, STDLIB, USER, distribution_of, import_user_module, module_kind, type_name,
     version_of,
@@ -59,24 +60,6 @@ def _legacy_constant(value: Any) -> Any:
         return hashing._canon(value, "value", 0, hashing._LEGACY)
     except Exception:
         return None
-
-
-def is_code(value: Any) -> bool:
-    return (inspect.isfunction(value) or inspect.ismethod(value) or inspect.isbuiltin(value)
-            or inspect.isclass(value) or isinstance(value, functools.partial))
-
-
-def code_key(value: Any) -> Any:
-    """How a function or class given as a param is keyed: by its fingerprint when it is user
-    code, by its qualified name and package version otherwise."""
-    target = value.func if isinstance(value, functools.partial) else value
-    target = getattr(target, "__func__", target)
-    module = getattr(target, "__module__", None) or ""
-    if id(value) in _ACTIVE.__dict__.get("fns", ()):
-        return {"name": _unit(target)}
-    if module_kind(module) == USER or isinstance(value, functools.partial) or inspect.ismethod(value):
-        return {"fingerprint": code_fingerprint(value)}
-    return {"name": _unit(target), "dist": version_of(module)}
 
 
 class _Walk:
@@ -286,6 +269,11 @@ class _Walk:
                     self.visit_class(value)
                 else:
                     self.visit_function(value)
+                    # what is set on it: Burr's `@action` keeps its action there, and
+                    # `.bind(p=...)` the bound arguments
+                    for name, attr in attributes(value):
+                        if name != "__wrapped__" and getattr(attr, "__self__", None) is not value:
+                            self.reach_value(attr, f"{unit}.{name}")
             elif kind == PACKAGE:
                 self.add_package(value.__module__)
             return
@@ -304,7 +292,8 @@ class _Walk:
             self.visit_class(t)
         elif kind == PACKAGE:
             self.add_package(t.__module__)
-            return  # an installed package's object: its version says which code made it
+            if not made_of_user_code(t):
+                return  # an installed package's object: its version says which code made it
         self.visit_parts(value, unit)
 
     def visit_parts(self, value: Any, unit: str) -> None:
@@ -364,6 +353,7 @@ class _Walk:
             locals_[local] = got
             self.read_attr(base, attr, got)
         cells = dict(zip(code.co_freevars, getattr(f, "__closure__", None) or ()))
+        named: list = []  # the modules the code names
         for kind, name, attrs in chains:
             if kind == "g":
                 base = g.get(name, _MISSING)
@@ -378,6 +368,7 @@ class _Walk:
                     base = _MISSING
             if not isinstance(base, types.ModuleType):
                 continue
+            named.append(base)
             obj = base
             for attr in attrs:
                 if not isinstance(obj, types.ModuleType):
@@ -389,6 +380,11 @@ class _Walk:
                 if not self.read_attr(obj, attr, nxt):
                     break
                 obj = nxt
+        if looks_up_dynamically(code):  # getattr(prompts, "X"), globals()["P"]: whole modules
+            named += [m for m in locals_.values() if isinstance(m, types.ModuleType)]
+            for module in reachable_modules(f, code, named):
+                for unit, spelling in module_units(module).items():
+                    self.add(unit, spelling)
 
     def read_attr(self, module: Any, attr: str, value: Any) -> bool:
         """`module.attr` was read; True when the chain goes on (a user submodule)."""

@@ -410,7 +410,7 @@ def param_hash(value: Any, where: str = "value") -> str:
 
 
 def _object_key(value: Any, path: str, depth: int) -> Any:
-    from . import fingerprint
+    from . import fingerprint, paramkeys
 
     how = (True, _object_key)
     has_key = "rewind_key" in (getattr(value, "__dict__", None) or {}) or hasattr(
@@ -422,8 +422,11 @@ def _object_key(value: Any, path: str, depth: int) -> Any:
             key = key()
         return {"__key__": fingerprint.type_name(type(value)),
                 "v": _canon(key, f"{path}.rewind_key", depth + 1, how)}
-    if fingerprint.is_code(value):
-        return {"__code__": fingerprint.code_key(value)}
+    if paramkeys.is_code(value):
+        return {"__code__": paramkeys.code_key(value)}
+    walked = paramkeys.object_key(value)
+    if walked is not None:  # the user's object: its code and what it holds
+        return {"__object__": fingerprint.type_name(type(value)), "v": walked}
     return {"__type__": fingerprint.type_name(type(value)),
             "dist": fingerprint.version_of(type(value).__module__)}
 

@@ -216,19 +216,20 @@ def _redact_url(url: str) -> str:
 
 
 def endpoint_identity() -> str:
-    """Which model endpoint `chat` would call now (provider and base URL, never the key), as a
-    hash: a step's model calls made against one endpoint are not an answer for another."""
+    """Which model endpoint `chat` would call now (provider, base URL and the model chosen in
+    settings, which a call naming no model gets; never the key), as a hash: a step's model
+    calls made against one endpoint or model are not an answer for another."""
     cfg = _resolve()
-    key = (cfg["provider"], cfg["base_url"])
+    key = (cfg["provider"], cfg["base_url"], cfg["model"])
     got = _IDENTITIES.get(key)
     if got is None:
         if len(_IDENTITIES) >= 256:  # sessions may each name their own base URL
             _IDENTITIES.clear()
-        got = _IDENTITIES[key] = hashlib.sha256(f"{key[0]}|{key[1]}".encode()).hexdigest()[:16]
+        got = _IDENTITIES[key] = hashlib.sha256("|".join(key).encode()).hexdigest()[:16]
     return got
 
 
-_IDENTITIES: dict = {}  # (provider, base URL) -> endpoint_identity (a few per process)
+_IDENTITIES: dict = {}  # (provider, base URL, model) -> endpoint_identity (a few per process)
 
 
 def provider_info() -> dict:

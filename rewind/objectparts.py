@@ -6,12 +6,15 @@ a socket) is known by its type alone. A class member is taken apart into the fun
 
 from __future__ import annotations
 
+import collections
 import copyreg
 import fractions
 import functools
 import inspect
+import operator
 import pathlib
 import string
+import textwrap
 import types
 from typing import Any, Callable
 
@@ -20,7 +23,20 @@ from .codeorigin import USER, module_kind
 PARTS_DEPTH = 8  # how deep an object is followed into its parts
 PARTS_MAX = 10_000  # and how many parts in all, so a huge object graph costs a bounded walk
 # standard-library types that are values, taken apart by what they pickle as
-_VALUE_TYPES = (string.Template, types.SimpleNamespace, pathlib.PurePath, fractions.Fraction)
+_VALUE_TYPES = (string.Template, types.SimpleNamespace, pathlib.PurePath, fractions.Fraction,
+                textwrap.TextWrapper, operator.itemgetter, operator.attrgetter,
+                operator.methodcaller)
+# Burr's graphs, actions, conditions, sub-graphs and states are built of the user's functions
+# and values (`GraphBuilder()...build()` at import, `tag.bind(p=...)`): taken apart by their
+# attributes like the user's own objects. (Not an Application: it holds a random uid and
+# connections.)
+_MADE_OF_USER_CODE = ("burr.core.action", "burr.core.graph", "burr.core.parallelism",
+                      "burr.core.state")
+
+
+def made_of_user_code(t: type) -> bool:
+    """Is an installed package's type one whose objects hold the user's code (Burr's)?"""
+    return (getattr(t, "__module__", None) or "").startswith(_MADE_OF_USER_CODE)
 
 
 def parts_of(value: Any, spell: Callable[[Any], str]) -> list:
@@ -29,13 +45,13 @@ def parts_of(value: Any, spell: Callable[[Any], str]) -> list:
     is this process's), a user object's attributes, else what it pickles as, for user types and
     the standard library's value types only. Any other standard-library object (a thread, the
     environment, an executor) may hold what is this process's own: it is known by its type."""
-    if isinstance(value, dict):
+    if isinstance(value, (dict, types.MappingProxyType)):
         return sorted(((f"[{spell(k)}]", v) for k, v in value.items()), key=lambda kv: kv[0])
     if isinstance(value, (set, frozenset)):
         return sorted(((f"{{{spell(v)}}}", v) for v in value), key=lambda kv: kv[0])
-    if isinstance(value, (list, tuple)):
+    if isinstance(value, (list, tuple, collections.deque)):
         return [(f"[{i}]", v) for i, v in enumerate(value)]
-    user = module_kind(type(value).__module__ or "") == USER
+    user = module_kind(type(value).__module__ or "") == USER or made_of_user_code(type(value))
     key = getattr(value, "rewind_key", None) if user else None
     if key is not None:  # the object says what it is (hashing.param_hash honours it too)
         return [(".rewind_key", key() if callable(key) else key)]
@@ -73,9 +89,11 @@ def slot_names(cls: type) -> list:
 
 def functions_of(member: Any) -> list:
     """The functions a class member holds (a method, a static or class method, a property's
-    accessors, a partialmethod's function)."""
+    accessors, a partialmethod's or cached_property's function)."""
     if isinstance(member, (staticmethod, classmethod)):
         member = member.__func__
+    if isinstance(member, functools.cached_property):
+        member = member.func
     if isinstance(member, property):
         return [f for f in (member.fget, member.fset, member.fdel) if inspect.isfunction(f)]
     if isinstance(member, functools.partialmethod):

@@ -48,6 +48,19 @@ def a(state):
 
 _CLASS = "class F:\n    def __init__(self, p):\n        self.p = p\n    def render(self, x):\n        return self.p + x\n"
 
+_BURR_SUB = (
+    "from burr.core import ApplicationBuilder, action\nfrom burr.core.graph import GraphBuilder\n"
+    "@action(reads=['x'], writes=['y'])\ndef sub(state):\n    return state.update(y='{v}' + state['x'])\n"
+    "SUB = GraphBuilder().with_actions(sub=sub).build()\n"
+    "def run_sub(x):\n    app = ApplicationBuilder().with_graph(SUB).with_entrypoint('sub')"
+    ".with_state(x=x).build()\n    return app.run(halt_after=['sub'])[2]['y']\n")
+_BURR_BOUND = (
+    "from burr.core import ApplicationBuilder, action\n"
+    "@action(reads=['x'], writes=['y'])\ndef tag(state, p):\n    return state.update(y=p + state['x'])\n"
+    "BOUND = tag.bind(p='{v}')\n"
+    "def run_bound(x):\n    app = ApplicationBuilder().with_actions(t=BOUND).with_transitions()"
+    ".with_entrypoint('t').with_state(x=x).build()\n    return app.run(halt_after=['t'])[2]['y']\n")
+
 # name: (the node's expression, helpers.py before, after, a line of the node's module before, after)
 CASES = {
     "a helper's default argument": (
@@ -104,6 +117,43 @@ CASES = {
         '    def render(self, x):\n        return self.p + x\nFMT = F("v1")\n',
         'class F:\n    __slots__ = ("p",)\n    def __init__(self, p):\n        self.p = p\n'
         '    def render(self, x):\n        return self.p + x\nFMT = F("v2")\n', "", ""),
+    # standard-library objects that are values, and code reached in less common ways
+    "a deque": ('helpers.D[0] + state["x"]', 'import collections\nD = collections.deque(["v1"])\n',
+                'import collections\nD = collections.deque(["v2"])\n', "", ""),
+    "a read-only mapping proxy": (
+        'helpers.M["k"] + state["x"]', 'import types\nM = types.MappingProxyType({"k": "v1"})\n',
+        'import types\nM = types.MappingProxyType({"k": "v2"})\n', "", ""),
+    "an operator.itemgetter": (
+        'helpers.G({"a": "v1", "b": "v2"}) + state["x"]', 'import operator\nG = operator.itemgetter("a")\n',
+        'import operator\nG = operator.itemgetter("b")\n', "", ""),
+    "a textwrap.TextWrapper": (
+        'helpers.W.fill(state["x"])', 'import textwrap\nW = textwrap.TextWrapper(initial_indent="v1 ")\n',
+        'import textwrap\nW = textwrap.TextWrapper(initial_indent="v2 ")\n', "", ""),
+    "a functools.cached_property": (
+        'helpers.OBJ.p + state["x"]',
+        'import functools\nclass C:\n    @functools.cached_property\n    def p(self):\n        return "v1"\nOBJ = C()\n',
+        'import functools\nclass C:\n    @functools.cached_property\n    def p(self):\n        return "v2"\nOBJ = C()\n',
+        "", ""),
+    "a functools.singledispatch implementation": (
+        'helpers.fmt(state["x"])',
+        'import functools\n@functools.singledispatch\ndef fmt(x):\n    return "?"\n'
+        '@fmt.register\ndef _(x: str):\n    return "v1" + x\n',
+        'import functools\n@functools.singledispatch\ndef fmt(x):\n    return "?"\n'
+        '@fmt.register\ndef _(x: str):\n    return "v2" + x\n', "", ""),
+    "getattr on a module": ('getattr(helpers, "P") + state["x"]', 'P = "v1"\n', 'P = "v2"\n', "", ""),
+    "vars of a module": ('vars(helpers)["P"] + state["x"]', 'P = "v1"\n', 'P = "v2"\n', "", ""),
+    "importlib.import_module by name": (
+        'importlib.import_module("helpers").P + state["x"]', 'P = "v1"\n', 'P = "v2"\n',
+        "import importlib", "import importlib"),
+    "globals() of the node's module": (
+        'globals()["P"] + state["x"]', "", "", 'P = "v1"', 'P = "v2"'),
+    # Burr objects built at import hold the user's functions (found running Burr's examples)
+    "a Burr graph built at import, run by the node": (
+        'helpers.run_sub(state["x"])',
+        _BURR_SUB.format(v="v1"), _BURR_SUB.format(v="v2"), "", ""),
+    "a bound Burr action held in a module": (
+        'helpers.run_bound(state["x"])',
+        _BURR_BOUND.format(v="v1"), _BURR_BOUND.format(v="v2"), "", ""),
 }
 
 

@@ -1,0 +1,105 @@
+"""What a node's key must also hold, found by a stranger's tests beside plain Burr: an object
+of the user's class given with `.bind()` (it was known by its type name only, so two
+differently configured objects shared one entry), a file read through a symlink that is
+re-pointed, `os.environb`, and the model chosen in settings (`REWIND_MODEL`) that a model call
+naming no model gets. Each was served stale before."""
+
+from __future__ import annotations
+
+import os
+
+from burr.core import ApplicationBuilder
+from burr.core.graph import GraphBuilder
+
+import rewind
+from rewind import Pipeline, Rewind, action
+
+
+class Formatter:
+    def __init__(self, prefix):
+        self.prefix = prefix
+
+    def render(self, text):
+        return self.prefix + text
+
+
+@action(reads=["topic"], writes=["out"])
+def make(state, fmt):
+    return state.update(out=fmt.render(state["topic"]))
+
+
+def _one_node(name: str, node) -> tuple:
+    graph = GraphBuilder().with_actions(make=node).with_transitions().build()
+    return graph, Pipeline(name=name, graph=graph, entrypoint="make")
+
+
+def _burr(graph, **state):
+    app = ApplicationBuilder().with_graph(graph).with_entrypoint("make").with_state(**state).build()
+    return app.run(halt_after=["make"])[2]
+
+
+def test_objects_bound_with_bind_are_keyed_by_what_they_hold(tmp_path):
+    with Rewind(str(tmp_path / "r.db")) as rw:
+        for prefix in ("v1 ", "v2 ", "v1 "):
+            graph, pipeline = _one_node("bind", make.bind(fmt=Formatter(prefix)))
+            run = rw.run(pipeline, {"topic": "bees"})
+            assert rw.state_at(run.steps[-1])["out"] == _burr(graph, topic="bees")["out"] == prefix + "bees"
+        assert run.steps[-1].status == "cached"  # the same configuration again: the same key
+
+
+def test_a_file_read_through_a_repointed_symlink_reruns(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "v1.txt").write_text("v1 ")
+    (tmp_path / "v2.txt").write_text("v2 ")
+    os.symlink("v1.txt", tmp_path / "current.txt")
+
+    @action(reads=["topic"], writes=["out"])
+    def reads_link(state):
+        with open("current.txt") as f:
+            return state.update(out=f.read() + state["topic"])
+
+    graph, pipeline = _one_node("link", reads_link)
+    with Rewind(str(tmp_path / "r.db")) as rw:
+        run = rw.run(pipeline, {"topic": "bees"})
+        os.remove(tmp_path / "current.txt")
+        os.symlink("v2.txt", tmp_path / "current.txt")
+        fork = rw.fork(run.id, at="make")
+        assert fork.steps[-1].status == "executed" and "current.txt" in fork.steps[-1].reason
+        assert rw.state_at(fork.steps[-1])["out"] == _burr(graph, topic="bees")["out"] == "v2 bees"
+
+
+def test_a_variable_read_through_os_environb_reruns(tmp_path, monkeypatch):
+    monkeypatch.setenv("REWIND_TEST_GREETING", "v1 ")
+
+    @action(reads=["topic"], writes=["out"])
+    def reads_bytes(state):
+        return state.update(out=os.environb[b"REWIND_TEST_GREETING"].decode() + state["topic"])
+
+    graph, pipeline = _one_node("environb", reads_bytes)
+    with Rewind(str(tmp_path / "r.db")) as rw:
+        run = rw.run(pipeline, {"topic": "bees"})
+        assert rw.fork(run.id, at="make").steps[-1].status == "cached"
+        monkeypatch.setenv("REWIND_TEST_GREETING", "v2 ")
+        fork = rw.fork(run.id, at="make")
+        assert fork.steps[-1].status == "executed" and "REWIND_TEST_GREETING" in fork.steps[-1].reason
+        assert rw.state_at(fork.steps[-1])["out"] == _burr(graph, topic="bees")["out"] == "v2 bees"
+
+
+def test_the_model_chosen_in_settings_is_part_of_a_model_calls_key(tmp_path, monkeypatch):
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
+    monkeypatch.setenv("REWIND_MODEL", "sim-small")
+
+    @action(reads=["topic"], writes=["out"])
+    def asks(state):
+        return state.update(out=rewind.llm.chat([{"role": "user", "content": state["topic"]}]))
+
+    graph, pipeline = _one_node("model", asks)
+    with Rewind(str(tmp_path / "r.db")) as rw:
+        run = rw.run(pipeline, {"topic": "bees"})
+        assert rw.fork(run.id, at="make").steps[-1].status == "cached"
+        monkeypatch.setenv("REWIND_MODEL", "sim-large")
+        fork = rw.fork(run.id, at="make")
+        assert fork.steps[-1].status == "executed"
+        assert rw.state_at(fork.steps[-1])["out"] == _burr(graph, topic="bees")["out"]
+        assert rw.state_at(fork.steps[-1])["out"] != rw.state_at(run.steps[-1])["out"]
