@@ -27,6 +27,7 @@ from typing import Any, Iterator, Optional
 
 from . import openai_meter, sim
 from .errors import ProviderError
+from .redaction import redact
 from .metering import current_meter, record_usage  # record_usage: part of the public contract
 
 __all__ = [
@@ -380,14 +381,8 @@ def reset() -> None:
 # Calls
 
 
-_SECRET_PATTERN = re.compile(r"\b(?:sk|rk|pk)-[A-Za-z0-9_\-*.]{6,}")
-
-
 def _redact(text: str, key: Optional[str]) -> str:
-    if key:
-        text = text.replace(key, "[redacted]")
-    # Providers echo a masked key ("sk-abc***xyz") in 401 messages: drop those too.
-    return _SECRET_PATTERN.sub("[redacted]", text)
+    return redact(text, key)
 
 
 def _provider_error(exc: Exception, cfg: dict, model: str) -> ProviderError:

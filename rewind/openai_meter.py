@@ -23,6 +23,7 @@ import time
 from typing import Any, Optional
 
 from .metering import ModelCall, current_meter, on_meter_open, record_call
+from .redaction import redact
 
 _APIS = (("/chat/completions", "chat.completions"), ("/responses", "responses"))
 _install_lock = threading.Lock()
@@ -154,7 +155,7 @@ class _Call:
             params=params, response_text=text, prompt_tokens=int(prompt or 0),
             completion_tokens=int(completion or 0),
             latency_ms=(time.perf_counter() - self.started) * 1000, usage_reported=reported,
-            error=None if error is None else f"{type(error).__name__}: {error}",
+            error=None if error is None else redact(f"{type(error).__name__}: {error}"),
         ), self.meter)
 
 

@@ -10,6 +10,8 @@ from typing import Any
 
 import streamlit as st
 
+from rewind.redaction import redact
+
 from . import fmt
 from .calls_view import call_metrics, call_params, call_title, message_text, split_fields
 
@@ -52,6 +54,6 @@ def show_calls(calls: list) -> None:
             with st.chat_message("assistant"):
                 st.caption("response")
                 st.text(call.get("response_text") or "(no text)")
-            if call.get("error"):
+            if call.get("error"):  # a row written before errors were redacted may echo a key
                 st.caption("error")
-                st.code(str(call["error"]), language=None)
+                st.code(redact(str(call["error"])), language=None)

@@ -21,6 +21,7 @@ from ..action import runtime_input_names
 from ..errors import CommitError, RewindError
 from ..hashing import canonical_parts, combine, is_internal_key, sha256_hex
 from ..models import Step, StepStatus, normalize_overrides, overrides_at
+from ..redaction import redact
 from . import burr_compat
 from .keys import NodeSpec, node_spec
 
@@ -83,7 +84,7 @@ class StepRecord:
         return list(action.writes) + self.extra if self.extra else action.writes
 
     def fail(self, error: str) -> None:
-        self.status, self.error = StepStatus.FAILED, error
+        self.status, self.error = StepStatus.FAILED, redact(error)  # it may echo a key
         self.outputs, self.output_hash, self.cache_row = {}, None, None
 
 

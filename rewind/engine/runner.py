@@ -19,6 +19,7 @@ from burr.core import ApplicationBuilder, State
 
 from ..errors import CommitError, InvalidRequest, RewindError
 from ..models import Run, RunStatus, StepStatus
+from ..redaction import redact
 from ..store import PARTITION_KEY, RUN_COLUMNS
 from . import burr_compat
 from .context import CURRENT, ExecutionContext
@@ -97,7 +98,7 @@ def execute(ctx: ExecutionContext, app: Any, heartbeat: Heartbeat, started: floa
         status, error = RunStatus.INTERRUPTED, str(e)
     except Exception as e:
         status = RunStatus.FAILED
-        error = ctx.last_error or f"{type(e).__name__}: {e}"
+        error = ctx.last_error or redact(f"{type(e).__name__}: {e}")
     except BaseException:
         status = RunStatus.INTERRUPTED
         error = "interrupted (KeyboardInterrupt or exit)"
@@ -129,9 +130,9 @@ def finalize(ctx: ExecutionContext, fields: dict) -> None:
     except CommitError:
         try:
             with ctx.store.transaction():
-                ctx.store.update_run(ctx.run_id, status=str(RunStatus.INTERRUPTED),
-                                     error=fields.get("error") or "its last steps could not be written",
-                                     finished_at=fields["finished_at"])
+                ctx.store.mark_interrupted(
+                    ctx.run_id, fields.get("error") or "its last steps could not be written",
+                    fields["finished_at"])
         except Exception:  # the next store to open marks it (its owner process will be gone)
             ctx.store.reset_connection()
         raise

@@ -140,19 +140,28 @@ class SQLRuns(SQLBase, RunStore):
             return dead  # reported, not written: a read-only handle shows them as they are
         for run_id in dead:
             with self.transaction():
-                totals = self.query(
-                    "SELECT COUNT(*), COALESCE(SUM(tokens), 0), COALESCE(SUM(tokens_saved), 0), "
-                    "COALESCE(SUM(latency_ms), 0) FROM nodes WHERE run_id = ?",
-                    (run_id,),
-                )[0]
-                self.execute(
-                    "UPDATE runs SET status = 'interrupted', step_count = ?, total_tokens = ?, "
-                    "tokens_saved = ?, latency_ms = ?, finished_at = COALESCE(heartbeat_at, created_at), "
-                    "error = COALESCE(error, 'the process running it died') "
-                    "WHERE id = ? AND status = 'running'",
-                    (int(totals[0]), int(totals[1]), int(totals[2]), float(totals[3]), run_id),
-                )
+                self.mark_interrupted(run_id, "the process running it died", only_running=True)
         return dead
+
+    def mark_interrupted(self, run_id: str, error: str, finished_at: Optional[float] = None,
+                         only_running: bool = False) -> None:
+        """Mark a run `interrupted` (resumable) with its totals counted from the steps it has
+        stored: what a crash or a failed last commit left is what the run shows."""
+        totals = self.query(
+            "SELECT COUNT(*), COALESCE(SUM(tokens), 0), COALESCE(SUM(tokens_saved), 0), "
+            "COALESCE(SUM(latency_ms), 0) FROM nodes WHERE run_id = ?",
+            (run_id,),
+        )[0]
+        self.execute(
+            "UPDATE runs SET status = 'interrupted', step_count = ?, total_tokens = ?, "
+            "tokens_saved = ?, latency_ms = ?, "
+            "finished_at = COALESCE(?, heartbeat_at, created_at), "
+            # a dead owner's run keeps an error it had; a failed last commit says why
+            + ("error = COALESCE(error, ?) WHERE id = ? AND status = 'running'" if only_running
+               else "error = ? WHERE id = ?"),
+            (int(totals[0]), int(totals[1]), int(totals[2]), float(totals[3]), finished_at,
+             error, run_id),
+        )
 
     # maintenance ---------------------------------------------------------------------------
     def run_ages(self) -> Iterable[tuple]:

@@ -1,0 +1,75 @@
+"""An API key never reaches the store, even when the endpoint echoes it back: some gateways
+answer a bad key with "Invalid API key: Bearer sk-..." and that text became a model call's
+stored error (and the dashboard showed it). Run against a real local HTTP endpoint through the
+real `openai` client, both through `rewind.llm.chat` and through the user's own client."""
+
+from __future__ import annotations
+
+import glob
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, HTTPServer
+
+import openai
+import pytest
+from burr.core.graph import GraphBuilder
+
+import rewind
+from rewind import Pipeline, Rewind, action
+
+
+class _EchoesTheKey(BaseHTTPRequestHandler):
+    def do_POST(self):  # noqa: N802 (http.server's name)
+        self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        body = json.dumps({"error": {"message": f"Invalid API key: {self.headers.get('Authorization')}",
+                                     "type": "invalid_request_error", "code": "invalid_api_key"}}).encode()
+        self.send_response(401)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def endpoint():
+    server = HTTPServer(("127.0.0.1", 0), _EchoesTheKey)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_port}/v1"
+    server.shutdown()
+
+
+@pytest.mark.parametrize("how", ["rewind.llm.chat", "the user's own client"])
+def test_a_key_the_endpoint_echoes_is_not_stored(tmp_path, monkeypatch, endpoint, how):
+    secret = "gw-SECRET-9f8e7d6c5b4a"  # not key-shaped: found as the key itself, or as a Bearer token
+    if how == "rewind.llm.chat":
+        monkeypatch.setenv("OPENAI_API_KEY", secret)
+        monkeypatch.setenv("OPENAI_BASE_URL", endpoint)
+    else:
+        monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+        monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
+
+    @action(reads=["topic"], writes=["out"])
+    def ask(state):
+        messages = [{"role": "user", "content": state["topic"]}]
+        if how == "rewind.llm.chat":
+            text = rewind.llm.chat(messages, model="gpt-4o-mini")
+        else:
+            client = openai.OpenAI(api_key=secret, base_url=endpoint, max_retries=0)
+            text = client.chat.completions.create(model="gpt-4o-mini", messages=messages).choices[0].message.content
+        return state.update(out=text)
+
+    pipeline = Pipeline("echo", GraphBuilder().with_actions(ask=ask).build(), "ask")
+    db = str(tmp_path / "k.db")
+    with Rewind(db) as rw:
+        run = rw.run(pipeline, {"topic": "bees"})
+        assert run.status == "failed"
+        step = rw.get_run(run.id).steps[0]
+        shown = json.dumps([run.error, step.error, step.reason, [c for c in step.calls]], default=str)
+        assert "Invalid API key" in shown  # the message is kept, the key is not
+        assert secret not in shown
+    for path in glob.glob(db + "*"):
+        with open(path, "rb") as f:
+            assert secret.encode() not in f.read(), path
