@@ -103,3 +103,36 @@ def test_the_model_chosen_in_settings_is_part_of_a_model_calls_key(tmp_path, mon
         assert fork.steps[-1].status == "executed"
         assert rw.state_at(fork.steps[-1])["out"] == _burr(graph, topic="bees")["out"]
         assert rw.state_at(fork.steps[-1])["out"] != rw.state_at(run.steps[-1])["out"]
+
+
+def test_the_fork_plan_says_what_the_fork_will_find(tmp_path, monkeypatch):
+    """`plan_fork` once said "stays cached, 0 tokens" for nodes the fork then re-ran because a
+    file or an environment variable they read had changed, or the model endpoint had."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "prompt.txt").write_text("v1 ")
+    monkeypatch.setenv("REWIND_TEST_TONE", "calm")
+
+    @action(reads=["topic"], writes=["a"])
+    def reads_file(state):
+        with open("prompt.txt") as f:
+            return state.update(a=f.read() + state["topic"])
+
+    @action(reads=["a"], writes=["b"])
+    def reads_env(state):
+        return state.update(b=state["a"] + os.environ["REWIND_TEST_TONE"])
+
+    graph = (GraphBuilder().with_actions(first=reads_file, second=reads_env)
+             .with_transitions(("first", "second")).build())
+    pipeline = Pipeline("planned", graph, "first")
+    with Rewind(str(tmp_path / "r.db")) as rw:
+        run = rw.run(pipeline, {"topic": "bees"})
+        assert rw.plan_fork(run.id, at="first").nodes("cached") == ["first", "second"]
+        monkeypatch.setenv("REWIND_TEST_TONE", "loud")
+        plan = rw.plan_fork(run.id, at="first")
+        assert plan.nodes("cached") == ["first"]
+        assert any("REWIND_TEST_TONE" in r.reason for r in plan.rows if r.node == "second")
+        (tmp_path / "prompt.txt").write_text("v2 ")
+        plan = rw.plan_fork(run.id, at="first")
+        assert "first" not in plan.nodes("cached")
+        fork = rw.fork(run.id, at="first")
+        assert [s.status for s in fork.steps] == ["executed", "executed"]

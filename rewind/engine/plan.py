@@ -15,6 +15,7 @@ import json
 import os
 from typing import Any, Optional
 
+from .. import llm
 from ..action import SIDE_EFFECT
 from ..costs import price_table, step_cost, step_dollars
 from ..errors import NotFound
@@ -23,6 +24,7 @@ from .context import cache_key
 from .fork import _check_request, load_steps
 from ..fingerprint import code_fingerprint
 from .keys import changed_fields, code_of, is_expired, node_spec, recorded_overrides
+from .replay import OTHER_ENDPOINT, parsed_entry, what_changed
 
 RERUN = "re-run"
 MAY_RERUN = "may re-run"
@@ -155,6 +157,12 @@ def _verdict(store: Any, spec: Any, step: Any, is_fork_node: bool, edit: dict,
             return RERUN, "no cache entry for its inputs (purged or never stored)"
         if is_expired(spec.policy, entry):
             return RERUN, f"its cache entry is older than its ttl ({spec.policy.ttl:g}s)"
+        files, env, elsewhere = what_changed(parsed_entry(entry)[1], llm.endpoint_identity)
+        for what, names in (("file", files), ("environment variable", env)):
+            if names:  # as the replay will find: what the key does not hold changed
+                return RERUN, f"{what} " + ", ".join(f"`{n}`" for n in names) + " changed"
+        if elsewhere:
+            return RERUN, OTHER_ENDPOINT
     if spec.policy.determinism == SIDE_EFFECT:
         return RERUN, "side effect performed again: allow_side_effects=True"
     return CACHED, "same inputs: served from the cache"

@@ -46,6 +46,7 @@ def entry_meta(entry: dict) -> dict:
         return {}
 
 
+OTHER_ENDPOINT = "its model calls went to another model endpoint"
 _PARSED: dict = {}  # (outputs text, meta text) of a cache entry -> (refs, meta), read only
 _PARSED_MAX = 20_000
 
@@ -62,6 +63,21 @@ def parsed_entry(entry: dict) -> tuple:
             _PARSED.clear()
         got = _PARSED[key] = (json.loads(entry["outputs"]), entry_meta(entry))
     return got
+
+
+def what_changed(meta: dict, endpoint) -> tuple:
+    """What a matching cache entry's key does not hold and that differs now, so the entry
+    cannot be served: (files read, environment variables read, another model endpoint?), the
+    first that differs (`endpoint`: a callable giving the endpoint in force)."""
+    files = meta.get("files")
+    changed = filewatch.changed(files) if files else None
+    if changed:
+        return changed, [], False
+    env = meta.get("env")
+    changed = envwatch.changed(env) if env else None
+    if changed:
+        return [], changed, False
+    return [], [], bool(meta.get("endpoint")) and meta["endpoint"] != endpoint()
 
 
 class EarlierVisit:
@@ -237,19 +253,12 @@ class ReplayAction(SingleStepAction):
     def _serve(self, ctx: ExecutionContext, record: StepRecord, entry: dict,
                state: State) -> Optional[dict]:
         refs, meta = parsed_entry(entry)
-        files = meta.get("files")
-        changed = filewatch.changed(files) if files else None
-        if changed:  # a file the node read differs now: a miss, named
-            record.files_changed = changed
-            return None
-        env = meta.get("env")
-        changed = envwatch.changed(env) if env else None
-        if changed:  # so does an environment variable its code read
-            record.env_changed = changed
-            return None
-        if meta.get("endpoint") and meta["endpoint"] != ctx.endpoint():
-            # its outputs came from another model endpoint (the session's settings changed)
-            record.integrity_note = "its model calls went to another model endpoint"
+        # a file or environment variable the node read differs now, or its outputs came from
+        # another model endpoint (the settings changed): a miss, named
+        record.files_changed, record.env_changed, elsewhere = what_changed(meta, ctx.endpoint)
+        if elsewhere:
+            record.integrity_note = OTHER_ENDPOINT
+        if record.files_changed or record.env_changed or elsewhere:
             return None
         try:
             outputs = ctx.store.values({k: h for k, h in refs.items() if h is not None})
