@@ -13,3 +13,14 @@ def nearest_existing(path: str) -> str:
     while not os.path.lexists(here) and here != os.path.dirname(here):
         here = os.path.dirname(here)
     return here
+
+
+def unwritable_reason(path: str) -> str:
+    """Why this process cannot create `path` (or write into it, a directory), "" if it can:
+    the nearest folder that exists must let it add entries (a read-only folder or a read-only
+    file system does not)."""
+    here = nearest_existing(path)
+    folder = here if os.path.isdir(here) else os.path.dirname(here)
+    if os.access(folder, os.W_OK | os.X_OK):
+        return ""
+    return f"{folder} is not writable"

@@ -31,7 +31,9 @@ def md_escape(text: Any, limit: Optional[int] = None) -> str:
     if limit is not None and len(s) > limit:
         s = s[: max(0, limit - 1)] + "…"
     s = s.replace("\r", " ").replace("\n", " ")
-    s = html.escape(s, quote=True)
+    # quotes stay as typed: no markdown turns text into an attribute, and an entity's `#`
+    # would be backslash-escaped below (`it's` showed as `it&#x27;s`)
+    s = html.escape(s, quote=False)
     return _MD_SPECIAL.sub(r"\\\1", s)
 
 

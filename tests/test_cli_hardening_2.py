@@ -107,6 +107,42 @@ def test_snapshot_under_a_file_is_refused_before_any_work(demo, tmp_path, no_aud
     assert os.listdir(tmp_path) == ["plain"] and (tmp_path / "plain").read_text() == "x"
 
 
+@pytest.fixture
+def read_only_folder(tmp_path):
+    """A folder nobody may add to: a read-only bind mount for root (whom permission bits do
+    not stop), a mode-555 folder for anyone else."""
+    import subprocess
+
+    folder = tmp_path / "ro"
+    folder.mkdir()
+    if os.geteuid() != 0:
+        folder.chmod(0o555)
+        yield folder
+        folder.chmod(0o755)
+        return
+    for cmd in (["mount", "--bind", str(folder), str(folder)],
+                ["mount", "-o", "remount,ro,bind", str(folder)]):
+        subprocess.run(cmd, check=True, capture_output=True)
+    try:
+        yield folder
+    finally:
+        subprocess.run(["umount", str(folder)], check=True, capture_output=True)
+
+
+def test_snapshot_and_export_into_a_read_only_folder_are_refused_before_any_work(
+        demo, read_only_folder, no_audit):
+    cli, run_id, _ = demo
+    p = cli("snapshot", run_id, "--to", str(read_only_folder / "r.json"), "-q")
+    assert p.returncode == 2
+    err = one_error_line(p)
+    assert "--to" in err and "not writable" in err and "OSError" not in err
+    p = cli("export-burr", run_id, "--dir", str(read_only_folder / "out"))
+    assert p.returncode == 2
+    err = one_error_line(p)
+    assert "--dir" in err and "not writable" in err and "OSError" not in err
+    assert os.listdir(read_only_folder) == []
+
+
 def test_write_refuses_what_is_not_a_file_and_never_writes_through_a_planted_tmp(tmp_path):
     doc = {"format": snapshot_format.FORMAT, "version": snapshot_format.VERSION}
     fifo = tmp_path / "f.json"

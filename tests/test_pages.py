@@ -553,6 +553,8 @@ def test_formatting_helpers():
     assert "s3cret" not in fmt.mask_url("postgresql://db/rewind?user=rw&password=s3cret")
     escaped = fmt.md_escape(XSS_SCRIPT + " **bold** :red[x] $x$")
     assert "<" not in escaped and "**" not in escaped and ":red[" not in escaped
+    # an apostrophe shows as typed (html.escape's `&#x27;` lost its `#` to the markdown escape)
+    assert fmt.md_escape("it's") == "it's" and "&" not in fmt.md_escape('say "hi"')
     assert fmt.step_key("critique", 2) == "critique#2"
     assert fmt.parse_step_key("critique#2") == ("critique", 2)
     assert fmt.parse_step_key("critique") == ("critique", 1)

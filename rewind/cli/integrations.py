@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 
 from ..errors import InvalidRequest
-from ..paths import nearest_existing
+from ..paths import nearest_existing, unwritable_reason
 from .inputs import json_object, read_text
 from .runs import open_rewind, resolve_pipeline
 
@@ -16,6 +16,9 @@ def check_dir(path: str, flag: str) -> None:
     """Refuse a directory to write into that is a file, or lies under one, before any work."""
     here = nearest_existing(path)
     if os.path.isdir(here):
+        why = unwritable_reason(path)
+        if why:
+            raise InvalidRequest(f"{flag} {path} cannot be written: {why}", field=flag)
         return
     if here == os.path.abspath(path):
         raise InvalidRequest(f"{flag} {path} exists and is not a directory; give a directory "

@@ -36,7 +36,7 @@ from typing import Any
 
 from .. import serde
 from ..errors import InvalidRequest
-from ..paths import nearest_existing
+from ..paths import nearest_existing, unwritable_reason
 
 FORMAT = "rewind-snapshot"
 VERSION = 1
@@ -89,6 +89,9 @@ def destination(path: Any, what: str = "path") -> Path:
     if not os.path.isdir(parent):
         raise InvalidRequest(f"{what} {os.fspath(path)} cannot be created: {parent} is not a "
                              "directory", field=what)
+    why = unwritable_reason(str(target.parent))
+    if why:  # the snapshot is written beside its target: its folder must take a new file
+        raise InvalidRequest(f"{what} {os.fspath(path)} cannot be written: {why}", field=what)
     return target
 
 
