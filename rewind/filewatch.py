@@ -2,12 +2,15 @@
 cache hit is served, so a prompt kept in a file is as much a part of a node's key as a prompt
 kept in a constant.
 
-`track_reads(root)` patches `open` (builtins and io) and `pathlib.Path.read_text/read_bytes`
-once per process; the patches record only on a thread inside `track_reads`, so other threads
-pay one thread-local lookup. Recorded: files opened for reading (no "w", "a", "x" or "+")
-under `root` (the working directory by default), outside installed packages, as
-{path relative to root, "/"-separated: sha256 of the content, "" for a missing file}. Threads
-the step starts itself are not followed.
+`track_reads(root)` patches `open` (builtins, io, tokenize's for linecache), `os.open`,
+`pathlib.Path.read_text/read_bytes`, importlib's `FileLoader.get_data` (pkgutil.get_data) and
+`os.listdir/scandir` (glob, Path.iterdir) once per process; the patches record only on a
+thread inside `track_reads`, so other threads pay one thread-local lookup. Recorded: files
+opened for reading ("r", "r+", "a+"; not "w", "x" or "a") and directories listed, under
+`root` (the working directory by default), outside installed packages, as {path relative to
+root, "/"-separated: sha256 of the content (of a directory: of its entry names), "" for a
+missing file}. Not followed: threads the step starts itself, `io.FileIO` opened directly,
+and reads made inside C libraries (a local SQLite database file).
 """
 
 from __future__ import annotations
@@ -15,11 +18,13 @@ from __future__ import annotations
 import builtins
 import contextlib
 import hashlib
+import importlib._bootstrap_external
 import io
 import os
 import pathlib
 import threading
 import time
+import tokenize
 from typing import Any, Iterator, Optional
 
 _LOCAL = threading.local()
@@ -28,6 +33,8 @@ _INSTALLED = False
 _ORIG_OPEN = builtins.open
 _ORIG_READ_TEXT = pathlib.Path.read_text
 _ORIG_READ_BYTES = pathlib.Path.read_bytes
+_ORIG_OS_OPEN, _ORIG_LISTDIR, _ORIG_SCANDIR = os.open, os.listdir, os.scandir
+_ORIG_GET_DATA = importlib._bootstrap_external.FileLoader.get_data
 _SITE_PARTS = ("site-packages", "dist-packages", "__pycache__")
 
 MISSING = ""  # the hash recorded for a file the step tried to read and did not find
@@ -78,9 +85,13 @@ def _relative(real: str, root: str) -> Optional[str]:
 
 
 def file_hash(path: str) -> str:
-    """sha256 of a file's bytes; `MISSING` when it does not exist or is not a readable file."""
+    """sha256 of a file's bytes (of a directory: of its sorted entry names, what a listing or a
+    glob saw); `MISSING` when it does not exist or cannot be read."""
     try:
         h = hashlib.sha256()
+        if os.path.isdir(path):
+            h.update(b"dir\0" + "\0".join(sorted(_ORIG_LISTDIR(path))).encode("utf-8", "surrogateescape"))
+            return h.hexdigest()
         with _ORIG_OPEN(path, "rb") as f:
             for chunk in iter(lambda: f.read(1 << 20), b""):
                 h.update(chunk)
@@ -90,7 +101,9 @@ def file_hash(path: str) -> str:
 
 
 def _reading(mode) -> bool:
-    return isinstance(mode, str) and not any(c in mode for c in "wax+")
+    # "r", "r+" and "a+" read what is there; "w", "w+", "x" and "a" do not
+    return isinstance(mode, str) and not any(c in mode for c in "wx") and (
+        "r" in mode or "+" in mode)
 
 
 def _record(file) -> None:
@@ -118,6 +131,27 @@ def _read_bytes(self, *args, **kwargs):
     return _ORIG_READ_BYTES(self, *args, **kwargs)
 
 
+def _os_open(path, flags, *args, **kwargs):
+    if getattr(_LOCAL, "stack", None) and not flags & (os.O_WRONLY | os.O_TRUNC) and \
+            not isinstance(path, int):
+        _record(path)
+    return _ORIG_OS_OPEN(path, flags, *args, **kwargs)
+
+
+def _listing(original):
+    def listing(path=".", *args, **kwargs):  # os.listdir / os.scandir: the names it saw
+        if getattr(_LOCAL, "stack", None) and not isinstance(path, int):
+            _record(path)
+        return original(path, *args, **kwargs)
+    return listing
+
+
+def _get_data(self, path):  # importlib's loaders: pkgutil.get_data, importlib.resources
+    if getattr(_LOCAL, "stack", None):
+        _record(path)
+    return _ORIG_GET_DATA(self, path)
+
+
 def _install() -> None:
     global _INSTALLED
     with _INSTALL_LOCK:
@@ -125,8 +159,15 @@ def _install() -> None:
             return
         builtins.open = _open
         io.open = _open
+        tokenize._builtin_open = _open  # linecache reads through tokenize.open
         pathlib.Path.read_text = _read_text
         pathlib.Path.read_bytes = _read_bytes
+        os.open = _os_open
+        os.listdir, os.scandir = _listing(_ORIG_LISTDIR), _listing(_ORIG_SCANDIR)
+        accessor = getattr(pathlib, "_NormalAccessor", None)  # 3.11 binds os's functions there
+        if accessor is not None:
+            accessor.listdir, accessor.scandir = os.listdir, os.scandir
+        importlib._bootstrap_external.FileLoader.get_data = _get_data
         _INSTALLED = True
 
 

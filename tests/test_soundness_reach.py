@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import os
 
+import pytest
+
 from burr.core import ApplicationBuilder
 from burr.core.graph import GraphBuilder
 
@@ -136,3 +138,35 @@ def test_the_fork_plan_says_what_the_fork_will_find(tmp_path, monkeypatch):
         assert "first" not in plan.nodes("cached")
         fork = rw.fork(run.id, at="first")
         assert [s.status for s in fork.steps] == ["executed", "executed"]
+
+
+_READS = {  # how the node reads `data/a.txt` (or lists `data/`), and the edit that must re-run it
+    "os.open and os.read": ("os.read(os.open('data/a.txt', os.O_RDONLY), 100).decode()", "edit"),
+    "linecache.getline": ("__import__('linecache').getline('data/a.txt', 1)", "edit"),
+    "open(..., 'r+')": ("open('data/a.txt', 'r+').read()", "edit"),
+    "os.listdir": ("'|'.join(sorted(os.listdir('data')))", "add"),
+    "glob.glob": ("'|'.join(sorted(__import__('glob').glob('data/*.txt')))", "add"),
+    "Path.iterdir": ("'|'.join(sorted(p.name for p in __import__('pathlib').Path('data').iterdir()))", "add"),
+}
+
+
+@pytest.mark.parametrize("how", sorted(_READS))
+def test_a_file_read_or_a_folder_listed_another_way_reruns_when_it_changes(tmp_path, monkeypatch, how):
+    expr, change = _READS[how]
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "a.txt").write_text("v1\n")
+    scope = {"os": os}
+    exec(f"def reads(state):\n    return state.update(out={expr} + state['topic'])\n", scope)
+    node = action(reads=["topic"], writes=["out"])(scope["reads"])
+    graph, pipeline = _one_node("reads", node)
+    with Rewind(str(tmp_path / "r.db")) as rw:
+        run = rw.run(pipeline, {"topic": "bees"})
+        assert rw.fork(run.id, at="make").steps[-1].status == "cached"
+        if change == "edit":
+            (tmp_path / "data" / "a.txt").write_text("v2\n")
+        else:
+            (tmp_path / "data" / "b.txt").write_text("new")
+        fork = rw.fork(run.id, at="make")
+        assert fork.steps[-1].status == "executed", how
+        assert rw.state_at(fork.steps[-1])["out"] == _burr(graph, topic="bees")["out"]
