@@ -292,6 +292,11 @@ class _Walk:
             self.visit_class(t)
         elif kind == PACKAGE:
             self.add_package(t.__module__)
+            render = getattr(value, "root_render_func", None)  # a jinja2 Template: its text
+            if inspect.isfunction(render):  # is in the code it was compiled to
+                blocks = getattr(value, "blocks", None) or {}
+                self.add(f"{unit}.<template>", [_code_text(f) for _, f in sorted(
+                    [("", render), *blocks.items()]) if inspect.isfunction(f)])
             if not made_of_user_code(t):
                 return  # an installed package's object: its version says which code made it
         self.visit_parts(value, unit)

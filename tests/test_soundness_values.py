@@ -140,6 +140,9 @@ CASES = {
         '@fmt.register\ndef _(x: str):\n    return "v1" + x\n',
         'import functools\n@functools.singledispatch\ndef fmt(x):\n    return "?"\n'
         '@fmt.register\ndef _(x: str):\n    return "v2" + x\n', "", ""),
+    "a jinja2 template built at import": (
+        'helpers.T.render(x=state["x"])', 'import jinja2\nT = jinja2.Template("v1 {{ x }}")\n',
+        'import jinja2\nT = jinja2.Template("v2 {{ x }}")\n', "", ""),
     "getattr on a module": ('getattr(helpers, "P") + state["x"]', 'P = "v1"\n', 'P = "v2"\n', "", ""),
     "vars of a module": ('vars(helpers)["P"] + state["x"]', 'P = "v1"\n', 'P = "v2"\n', "", ""),
     "importlib.import_module by name": (
