@@ -100,7 +100,8 @@ st.caption("A fork sends a temperature only when you apply it to a node: the rec
 # --- cache and gc (admins only: they touch every owner's data) ---------------------------------
 st.subheader("Cache")
 if not admin:
-    st.caption(f"The cache is shared by every user and maintained by the admins ({access.ADMINS_ENV}).")
+    st.caption("Each user's cache entries are their own (another user's run never serves yours); "
+               f"the admins ({access.ADMINS_ENV}) maintain the store.")
 else:
     stats = core.cache_stats()
     c = st.columns(5)

@@ -262,3 +262,11 @@ def test_batch_help_and_report_name_the_outcome_fields(demo, capsys):
             "--workers", "1", "-q")
     assert p.returncode == 0, p.stderr
     assert "outcome fields compared: verification" in p.stdout, p.stdout
+
+
+def test_a_pipeline_spec_naming_a_function_that_needs_arguments_is_refused(demo):
+    cli, _, _ = demo
+    p = cli("run", "--pipeline", "os:system")
+    assert p.returncode == 2
+    err = one_error_line(p)
+    assert "'os:system'" in err and "rewind.Pipeline" in err and "internal error" not in err

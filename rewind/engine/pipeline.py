@@ -132,8 +132,13 @@ def load_pipeline_spec(spec: str) -> list:
             obj = getattr(obj, part)
         except AttributeError:
             raise NotFound(f"{mod_name} has no attribute {attr!r} (pipeline spec {spec!r})") from None
-    if callable(obj) and not isinstance(obj, Pipeline):
-        obj = obj()
+    if callable(obj) and not isinstance(obj, Pipeline):  # a factory of pipelines
+        try:
+            obj = obj()
+        except Exception as e:
+            raise InvalidRequest(f"{spec!r} is neither a rewind.Pipeline nor a function that "
+                                 f"returns one when called with no arguments (calling it "
+                                 f"raised {type(e).__name__}: {e})") from None
     items = obj if isinstance(obj, (list, tuple)) else [obj]
     for item in items:
         if not isinstance(item, Pipeline):
