@@ -221,7 +221,9 @@ def endpoint_identity() -> str:
     settings, which a call naming no model gets; never the key), as a hash: a step's model
     calls made against one endpoint or model are not an answer for another."""
     cfg = _resolve()
-    key = (cfg["provider"], cfg["base_url"], cfg["model"])
+    # a model chosen in settings joins the identity; none chosen keeps the identity entries
+    # recorded before the model was part of it
+    key = (cfg["provider"], cfg["base_url"]) + ((cfg["model"],) if cfg["model_chosen"] else ())
     got = _IDENTITIES.get(key)
     if got is None:
         if len(_IDENTITIES) >= 256:  # sessions may each name their own base URL
@@ -230,7 +232,7 @@ def endpoint_identity() -> str:
     return got
 
 
-_IDENTITIES: dict = {}  # (provider, base URL, model) -> endpoint_identity (a few per process)
+_IDENTITIES: dict = {}  # (provider, base URL[, model]) -> endpoint_identity (a few per process)
 
 
 def provider_info() -> dict:

@@ -299,7 +299,7 @@ def test_a_v6_database_written_by_the_v6_code_migrates_with_every_run_searchable
                                  "created_at": 2e6 + i, "summary": f"new {i} zebra"})
             rows[f"v7-{i}"] = (f"new {i} zebra", "pipe")
     fork = rw.fork(run_id, at="polish")
-    assert [s.status for s in fork.steps][2:4] == ["cached", "cached"]
+    assert [s.status for s in fork.steps][2:4] == ["cached", "cached"], [s.reason for s in fork.steps]
     assert rw.cache_stats()["hits"] == total + sum(1 for s in fork.steps if s.status == "cached")
     rows[fork.id] = (fork.summary, "linear")
     for q in ("zebra", "new 1", "okapi", fork.id[:6]):
