@@ -40,6 +40,19 @@ def _burr(graph, **state):
     return app.run(halt_after=["make"])[2]
 
 
+def _hit_then_rerun(tmp_path, name: str, node, change) -> tuple:
+    """Run a one-node pipeline, check a no-edit fork hits, `change()`, fork again: (the new
+    fork's step, its `out`, plain Burr's `out` now, the first run's `out`)."""
+    graph, pipeline = _one_node(name, node)
+    with Rewind(str(tmp_path / "r.db")) as rw:
+        run = rw.run(pipeline, {"topic": "bees"})
+        assert rw.fork(run.id, at="make").steps[-1].status == "cached"
+        change()
+        step = rw.fork(run.id, at="make").steps[-1]
+        return (step, rw.state_at(step)["out"], _burr(graph, topic="bees")["out"],
+                rw.state_at(run.steps[-1])["out"])
+
+
 def test_objects_bound_with_bind_are_keyed_by_what_they_hold(tmp_path):
     with Rewind(str(tmp_path / "r.db")) as rw:
         for prefix in ("v1 ", "v2 ", "v1 "):
@@ -77,14 +90,10 @@ def test_a_variable_read_through_os_environb_reruns(tmp_path, monkeypatch):
     def reads_bytes(state):
         return state.update(out=os.environb[b"REWIND_TEST_GREETING"].decode() + state["topic"])
 
-    graph, pipeline = _one_node("environb", reads_bytes)
-    with Rewind(str(tmp_path / "r.db")) as rw:
-        run = rw.run(pipeline, {"topic": "bees"})
-        assert rw.fork(run.id, at="make").steps[-1].status == "cached"
-        monkeypatch.setenv("REWIND_TEST_GREETING", "v2 ")
-        fork = rw.fork(run.id, at="make")
-        assert fork.steps[-1].status == "executed" and "REWIND_TEST_GREETING" in fork.steps[-1].reason
-        assert rw.state_at(fork.steps[-1])["out"] == _burr(graph, topic="bees")["out"] == "v2 bees"
+    step, ours, burrs, _ = _hit_then_rerun(
+        tmp_path, "environb", reads_bytes, lambda: monkeypatch.setenv("REWIND_TEST_GREETING", "v2 "))
+    assert step.status == "executed" and "REWIND_TEST_GREETING" in step.reason
+    assert ours == burrs == "v2 bees"
 
 
 def test_the_model_chosen_in_settings_is_part_of_a_model_calls_key(tmp_path, monkeypatch):
@@ -96,15 +105,10 @@ def test_the_model_chosen_in_settings_is_part_of_a_model_calls_key(tmp_path, mon
     def asks(state):
         return state.update(out=rewind.llm.chat([{"role": "user", "content": state["topic"]}]))
 
-    graph, pipeline = _one_node("model", asks)
-    with Rewind(str(tmp_path / "r.db")) as rw:
-        run = rw.run(pipeline, {"topic": "bees"})
-        assert rw.fork(run.id, at="make").steps[-1].status == "cached"
-        monkeypatch.setenv("REWIND_MODEL", "sim-large")
-        fork = rw.fork(run.id, at="make")
-        assert fork.steps[-1].status == "executed"
-        assert rw.state_at(fork.steps[-1])["out"] == _burr(graph, topic="bees")["out"]
-        assert rw.state_at(fork.steps[-1])["out"] != rw.state_at(run.steps[-1])["out"]
+    step, ours, burrs, before = _hit_then_rerun(
+        tmp_path, "model", asks, lambda: monkeypatch.setenv("REWIND_MODEL", "sim-large"))
+    assert step.status == "executed"
+    assert ours == burrs != before
 
 
 def test_the_fork_plan_says_what_the_fork_will_find(tmp_path, monkeypatch):
@@ -159,14 +163,8 @@ def test_a_file_read_or_a_folder_listed_another_way_reruns_when_it_changes(tmp_p
     scope = {"os": os}
     exec(f"def reads(state):\n    return state.update(out={expr} + state['topic'])\n", scope)
     node = action(reads=["topic"], writes=["out"])(scope["reads"])
-    graph, pipeline = _one_node("reads", node)
-    with Rewind(str(tmp_path / "r.db")) as rw:
-        run = rw.run(pipeline, {"topic": "bees"})
-        assert rw.fork(run.id, at="make").steps[-1].status == "cached"
-        if change == "edit":
-            (tmp_path / "data" / "a.txt").write_text("v2\n")
-        else:
-            (tmp_path / "data" / "b.txt").write_text("new")
-        fork = rw.fork(run.id, at="make")
-        assert fork.steps[-1].status == "executed", how
-        assert rw.state_at(fork.steps[-1])["out"] == _burr(graph, topic="bees")["out"]
+    target = ("a.txt", "v2\n") if change == "edit" else ("b.txt", "new")
+    step, ours, burrs, _ = _hit_then_rerun(
+        tmp_path, "reads", node, lambda: (tmp_path / "data" / target[0]).write_text(target[1]))
+    assert step.status == "executed", how
+    assert ours == burrs
