@@ -32,6 +32,7 @@ from typing import Optional
 COMMITS_PER_CHECKPOINT = 16  # ~300-500 pages of a recording, ~280 of no-edit forks
 VALVE_PAGES = 8_192  # 32 MB of log at 4 KB pages: the writer's own autocheckpoint
 IDLE_EXIT_S = 5.0
+CATCH_UP_PASSES = 4  # a pass copies what the last one's fsync let writers add: fewer each time
 logger = logging.getLogger("rewind")
 
 _live: "weakref.WeakSet[WalCheckpointer]" = weakref.WeakSet()
@@ -108,7 +109,12 @@ class WalCheckpointer:
                     try:
                         if conn is None:
                             conn = self._open()
-                        conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+                        # again while commits made during the last pass's fsync remain: a
+                        # log copied to its end is rewound by the next writer (not grown)
+                        for _ in range(CATCH_UP_PASSES):
+                            _, log, done = conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+                            if done >= log:
+                                break
                         self.passes += 1
                         self.checkpointed.set()
                     except sqlite3.Error as e:  # another checkpointer, a vanished file: later
