@@ -12,8 +12,12 @@ lets other threads run while it waits on the disk).
 
 A PASSIVE checkpoint that overlaps a commit leaves the newest frames in the log, and SQLite
 rewinds the log to its start only after a checkpoint that copied all of it; under writes with
-no pause the log would only grow. The valve bounds it: past VALVE_PAGES the committing
-connection checkpoints by itself, as SQLite always did, with little left to copy.
+no pause the log would only grow. So a pass is repeated (CATCH_UP_PASSES) while frames remain,
+each copying what the last one's fsync let writers add, and the valve bounds the rest: past
+VALVE_PAGES the committing connection checkpoints by itself, as SQLite always did. Measured on
+2,000 back-to-back first runs here: median unchanged, p90 -44%, p99 -44%, mean -12%; the
+slowest single run is not better (an fsync still blocks a writer's writes to the same files on
+this file system: 0.76 s against 0.15 s once in 2,000).
 
 What the thread does with SQLite it does holding `lock`: `os.fork()` waits for it (a child
 must not inherit a thread stopped inside SQLite), and so does an explicit checkpoint
