@@ -24,6 +24,7 @@ from .codeorigin import USER, import_user_module, module_kind
 DYNAMIC_NAMES = frozenset({"getattr", "vars", "globals", "import_module", "modules",
                            "__dict__", "__import__"})
 _MODULE_NAME = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*")
+_IMPORTS = frozenset({"import_module", "__import__"})
 CONSTANTS_MAX = 500  # of one module's top-level constants, spelled into the key
 
 
@@ -44,13 +45,15 @@ def reachable_modules(f: Any, code: types.CodeType, named: list) -> list:
     lookup would), and its own."""
     out = {m.__name__: m for m in named if isinstance(m, types.ModuleType)}
     g = getattr(f, "__globals__", None) or {}
+    # only code that imports by name may have a string import a module not loaded yet
+    imports = any(not _IMPORTS.isdisjoint(c.co_names) for c in _codes(code))
     for c in _codes(code):
         for name in c.co_names:
             if isinstance(g.get(name), types.ModuleType):
                 out.setdefault(g[name].__name__, g[name])
         for const in c.co_consts:
             if isinstance(const, str) and len(const) <= 200 and _MODULE_NAME.fullmatch(const):
-                module = import_user_module(const)
+                module = import_user_module(const) if imports else sys.modules.get(const)
                 if module is not None:
                     out.setdefault(const, module)
     own = sys.modules.get(getattr(f, "__module__", None) or "")
