@@ -270,3 +270,17 @@ def test_a_pipeline_spec_naming_a_function_that_needs_arguments_is_refused(demo)
     assert p.returncode == 2
     err = one_error_line(p)
     assert "'os:system'" in err and "rewind.Pipeline" in err and "internal error" not in err
+
+
+def test_show_counts_inherited_steps_as_saved_like_the_dashboard(demo):
+    """`rewind show` printed only the cached steps' savings (0 for a fork that inherits its
+    steps); `rewind.costs` and the dashboard count the inherited ones too."""
+    from rewind.cli.output import run_headline
+    from rewind.costs import run_costs
+
+    cli, run_id, _ = demo
+    with rewind.Rewind(str(cli.db)) as rw:
+        fork = rw.get_run(rw.fork(run_id, at="verify").id)
+        saved = run_costs(fork)["saved"] if isinstance(run_costs(fork), dict) else fork.saved
+        assert fork.saved > fork.tokens_saved and saved == fork.saved
+        assert f"{fork.saved} saved" in run_headline(fork)

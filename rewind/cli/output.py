@@ -139,7 +139,8 @@ def steps_table(run: Any, reason_width: int = 70) -> str:
 def run_headline(run: Any) -> str:
     kind = f"fork of {run.parent_id} at {run.fork_node}" if run.parent_id else f"run of {run.pipeline}"
     return (f"run {run.id}  {run.status}  ({kind}; {len(run.steps)} steps, "
-            f"{run.total_tokens} tokens spent, {run.tokens_saved} saved, {fmt_ms(run.latency_ms)})")
+            f"{run.total_tokens} tokens spent, {run.saved if run.steps else run.tokens_saved} saved, "
+            f"{fmt_ms(run.latency_ms)})")  # saved: what cached and inherited steps spared (costs)
 
 
 def print_run(run: Any, out: Any) -> None:
