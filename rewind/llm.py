@@ -383,10 +383,6 @@ def reset() -> None:
 # Calls
 
 
-def _redact(text: str, key: Optional[str]) -> str:
-    return redact(text, key)
-
-
 def _provider_error(exc: Exception, cfg: dict, model: str) -> ProviderError:
     import openai
 
@@ -415,7 +411,7 @@ def _provider_error(exc: Exception, cfg: dict, model: str) -> ProviderError:
             msg += f": {type(cause).__name__}: {cause}"
     else:
         msg = f"model call to {where} failed for model {model!r}: {type(exc).__name__}: {exc}"
-    err = ProviderError(_redact(msg, cfg["key"]))
+    err = ProviderError(redact(msg, cfg["key"]))
     err.status_code = status
     err.provider = cfg["provider"]
     return err
@@ -469,6 +465,6 @@ def chat(
     if text is None:
         refusal = getattr(message, "refusal", None)
         if refusal:
-            raise ProviderError(f"model {name!r} refused: {_redact(refusal, cfg['key'])}")
+            raise ProviderError(f"model {name!r} refused: {redact(refusal, cfg['key'])}")
         text = ""
     return text

@@ -24,7 +24,7 @@ from .context import cache_key
 from .fork import _check_request, load_steps
 from ..fingerprint import code_fingerprint
 from .keys import changed_fields, code_of, is_expired, node_spec, recorded_overrides
-from .replay import OTHER_ENDPOINT, parsed_entry, what_changed
+from .replay import OTHER_ENDPOINT, change_named, parsed_entry, what_changed
 
 RERUN = "re-run"
 MAY_RERUN = "may re-run"
@@ -158,9 +158,8 @@ def _verdict(store: Any, spec: Any, step: Any, is_fork_node: bool, edit: dict,
         if is_expired(spec.policy, entry):
             return RERUN, f"its cache entry is older than its ttl ({spec.policy.ttl:g}s)"
         files, env, elsewhere = what_changed(parsed_entry(entry)[1], llm.endpoint_identity)
-        for what, names in (("file", files), ("environment variable", env)):
-            if names:  # as the replay will find: what the key does not hold changed
-                return RERUN, f"{what} " + ", ".join(f"`{n}`" for n in names) + " changed"
+        if files or env:  # as the replay will find: what the key does not hold changed
+            return RERUN, change_named(files, env)
         if elsewhere:
             return RERUN, OTHER_ENDPOINT
     if spec.policy.determinism == SIDE_EFFECT:

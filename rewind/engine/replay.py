@@ -80,6 +80,15 @@ def what_changed(meta: dict, endpoint) -> tuple:
     return [], [], bool(meta.get("endpoint")) and meta["endpoint"] != endpoint()
 
 
+def change_named(files: list, env: list) -> str:
+    """'file `a` changed' / 'environment variable `X` changed' for `what_changed`'s lists
+    ("" when neither changed): one spelling for the replay's reason and the fork plan's."""
+    for what, names in (("file", files), ("environment variable", env)):
+        if names:
+            return f"{what} " + ", ".join(f"`{n}`" for n in names) + " changed"
+    return ""
+
+
 class EarlierVisit:
     """The last recorded visit with the same inputs but other code, from its cache entry."""
 
@@ -308,12 +317,9 @@ class ReplayAction(SingleStepAction):
             entry, expired, ctx.use_cache, ctx.allow_side_effects, bool(ctx.parent_id),
             spec.units, self._earlier(ctx, spec, record),
         )
-        for what, names in (("file", record.files_changed),
-                            ("environment variable", record.env_changed)):
-            if names:  # what the key does not hold changed: the reason names it
-                record.reason = (f"{spec.node} ran again because {what} "
-                                 + ", ".join(f"`{n}`" for n in names) + " changed")
-                break
+        changed = change_named(record.files_changed, record.env_changed)
+        if changed:  # what the key does not hold changed: the reason names it
+            record.reason = f"{spec.node} ran again because {changed}"
         if record.integrity_note:
             record.reason += f" (cache entry rejected: {record.integrity_note})"
         meter = StepMeter(node=spec.node, tool_store=ctx.store if ctx.use_cache else None)
