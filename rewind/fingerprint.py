@@ -19,9 +19,7 @@ Nothing process-specific enters a fingerprint: names, source text, canonical val
 
 from __future__ import annotations
 
-import builtins
 import functools
-import importlib.util
 import inspect
 import sys
 import threading
@@ -29,9 +27,11 @@ import types
 from typing import Any, Callable, Optional
 
 from . import hashing
-from .dynamicreach import looks_up_dynamically, module_units, reachable_modules
-from .bytecode import code_text as _code_text, names_used as _names_used, scan as _scan
-from .objectparts import PARTS_DEPTH, PARTS_MAX, attributes, functions_of, made_of_user_code, parts_of
+from .modulereads import module_reads
+from .bytecode import code_text as _code_text, names_used as _names_used
+from .objectparts import (
+    PARTS_DEPTH, PARTS_MAX, attributes, functions_of, made_of_user_code, parts_of, user_objects,
+)
 from .codeorigin import (  # noqa: F401  (re-exported: hashing keys params with them)
     FRAMEWORK, PACKAGE, STDLIB, USER, distribution_of, import_user_module, module_kind, type_name,
     version_of,
@@ -139,7 +139,9 @@ class _Walk:
                     continue  # followed by the legacy layer
                 if _legacy_constant(value) is None:
                     self.reach_value(value, unit)
-            self.scan_code(f, code)
+                else:  # spelled by its fields alone in the legacy layer
+                    self.reach_user_objects(value, unit)
+            module_reads(self, f, code)
         done = 0
         while done < len(self.wrappers):  # visiting one may find more
             self.visit_function(self.wrappers[done], layer=True)
@@ -167,7 +169,7 @@ class _Walk:
         for name, value, where, unit in self._named(f, code):
             self.bindings.append((where, value))
             self.reach_value(value, unit)
-        self.scan_code(f, code)
+        module_reads(self, f, code)
 
     def note_wrappers(self, f: Any) -> None:
         """The layers a user's own decorator put around a function: `functools.wraps` hides
@@ -277,15 +279,17 @@ class _Walk:
             elif kind == PACKAGE:
                 self.add_package(value.__module__)
             return
-        if value is None or isinstance(value, (str, int, float, bool)):
+        if value is None or type(value) in (str, int, float, bool):
             if _legacy_constant(value) is not None:
                 self.add(unit, _legacy_constant(value))
             return
         try:
             self.add(unit, hashing.to_canonical(value, unit))
-            return
         except Exception:
             pass
+        else:
+            self.reach_user_objects(value, unit)
+            return
         t = type(value)
         kind = module_kind(t.__module__ or "")
         if kind == USER:
@@ -300,6 +304,18 @@ class _Walk:
             if not made_of_user_code(t):
                 return  # an installed package's object: its version says which code made it
         self.visit_parts(value, unit)
+
+    def reach_user_objects(self, value: Any, unit: str) -> None:
+        """The user's classes in a value its fields spell (a dataclass, a pydantic model, a
+        str subclass): their code, and what their instances hold besides those fields."""
+        for suffix, obj in user_objects(value, self.parts_left):
+            if id(obj) in self.seen:
+                continue
+            self.seen.add(id(obj))
+            self.parts_left -= 1
+            self.visit_class(type(obj))
+            for name, attr in attributes(obj):
+                self.reach_value(attr, f"{unit}{suffix}.{name}")
 
     def visit_parts(self, value: Any, unit: str) -> None:
         """A value with no canonical encoding, by its parts: a container's items, an object's
@@ -329,83 +345,6 @@ class _Walk:
             sub.parts_left = min(self.parts_left, 1000)
             sub.reach_value(key, "key")
             return "~" + hashing.canonical_hash(sub.reach)[:16]
-
-    def scan_code(self, f: Any, code: types.CodeType) -> None:
-        chains, imports = _scan(code)
-        g = getattr(f, "__globals__", {})
-        package = g.get("__package__") or ""
-        locals_: dict = {}
-        for local, module, level, attr in imports:
-            try:
-                name = importlib.util.resolve_name("." * level + module, package) if level else module
-            except (ImportError, ValueError):
-                continue
-            base = import_user_module(name)
-            if base is None:
-                continue
-            self.bindings.append((("m", name), base))
-            if attr is None:
-                top = name.partition(".")[0] if "." in name and not level else name
-                locals_[local] = sys.modules.get(top, base)
-                self.reach_value(locals_[local], name)
-                continue
-            got = getattr(base, attr, _MISSING)
-            if got is _MISSING:
-                got = import_user_module(f"{name}.{attr}")
-            if got is None or got is _MISSING:
-                continue
-            self.bindings.append((("a", base, attr), got))
-            locals_[local] = got
-            self.read_attr(base, attr, got)
-        cells = dict(zip(code.co_freevars, getattr(f, "__closure__", None) or ()))
-        named: list = []  # the modules the code names
-        for kind, name, attrs in chains:
-            if kind == "g":
-                base = g.get(name, _MISSING)
-                if base is _MISSING:
-                    base = getattr(builtins, name, _MISSING)
-            elif kind == "l":
-                base = locals_.get(name, _MISSING)
-            else:
-                try:
-                    base = cells[name].cell_contents if name in cells else _MISSING
-                except ValueError:
-                    base = _MISSING
-            if not isinstance(base, types.ModuleType):
-                continue
-            named.append(base)
-            obj = base
-            for attr in attrs:
-                if not isinstance(obj, types.ModuleType):
-                    break
-                nxt = getattr(obj, attr, _MISSING)
-                if nxt is _MISSING:
-                    break
-                self.bindings.append((("a", obj, attr), nxt))
-                if not self.read_attr(obj, attr, nxt):
-                    break
-                obj = nxt
-        if looks_up_dynamically(code):  # getattr(prompts, "X"), globals()["P"]: whole modules
-            named += [m for m in locals_.values() if isinstance(m, types.ModuleType)]
-            for module in reachable_modules(f, code, named):
-                for unit, spelling in module_units(module).items():
-                    self.add(unit, spelling)
-
-    def read_attr(self, module: Any, attr: str, value: Any) -> bool:
-        """`module.attr` was read; True when the chain goes on (a user submodule)."""
-        kind = module_kind(module.__name__)
-        if kind == PACKAGE:
-            self.add_package(module.__name__)
-            return False
-        if kind != USER:
-            return False
-        if isinstance(value, types.ModuleType):
-            if module_kind(value.__name__) == USER:
-                return True
-            self.reach_value(value, attr)
-            return False
-        self.reach_value(value, f"{module.__name__}.{attr}")
-        return False
 
 
 def _read_binding(where: tuple) -> Any:

@@ -399,7 +399,15 @@ def param_hash(value: Any, where: str = "value") -> str:
     qualified name and, for an installed package's type, that package's version. Raises
     `UnhashableValue` only for what can never be keyed: NaN, infinities, invalid Unicode."""
     try:
-        data = value if _is_plain(value) else _canon(value, where, 0, (True, _object_key))
+        if _is_plain(value):
+            data = value
+        else:
+            from . import paramkeys
+
+            data = _canon(value, where, 0, (True, _object_key))
+            code = paramkeys.user_code_key(value)
+            if code is not None:  # a dataclass (a pydantic model...) of the user's: its class too
+                data = {"__value__": data, "__classes__": code}
         return sha256_hex(_ENCODER.encode(data).encode("utf-8"))
     except RecursionError:
         raise UnhashableValue(f"`{where}` is nested too deeply to hash; flatten it") from None

@@ -7,7 +7,9 @@ a socket) is known by its type alone. A class member is taken apart into the fun
 from __future__ import annotations
 
 import collections
+import contextvars
 import copyreg
+import dataclasses
 import fractions
 import functools
 import inspect
@@ -51,6 +53,11 @@ def parts_of(value: Any, spell: Callable[[Any], str]) -> list:
         return sorted(((f"{{{spell(v)}}}", v) for v in value), key=lambda kv: kv[0])
     if isinstance(value, (list, tuple, collections.deque)):
         return [(f"[{i}]", v) for i, v in enumerate(value)]
+    if isinstance(value, contextvars.ContextVar):  # its default, as a fresh context sees it
+        try:
+            return [(".name", value.name), (".<default>", contextvars.Context().run(value.get))]
+        except LookupError:
+            return [(".name", value.name)]
     user = module_kind(type(value).__module__ or "") == USER or made_of_user_code(type(value))
     key = getattr(value, "rewind_key", None) if user else None
     if key is not None:  # the object says what it is (hashing.param_hash honours it too)
@@ -99,3 +106,30 @@ def functions_of(member: Any) -> list:
     if isinstance(member, functools.partialmethod):
         member = member.func
     return [member] if inspect.isfunction(member) else []
+
+
+def user_objects(value: Any, limit: int = PARTS_MAX) -> list:
+    """[(suffix, obj)]: the instances of user classes inside a value that has a canonical
+    encoding (a dataclass, a pydantic model, a NamedTuple, a dict, str or enum subclass, at any
+    depth of containers). Their spelling says only the fields: not the class's code nor what
+    the instance holds besides (another attribute, a private one, an excluded field)."""
+    out: list = []
+    stack, seen = [("", value)], set()
+    while stack and limit > 0:
+        suffix, v = stack.pop()
+        t = type(v)
+        if t in (str, int, float, bool) or v is None or id(v) in seen:
+            continue
+        seen.add(id(v))
+        limit -= 1
+        if module_kind(t.__module__ or "") == USER:
+            out.append((suffix, v))
+            if not isinstance(v, (dict, list, tuple, set, frozenset)):
+                continue  # its attributes are walked with it
+        if isinstance(v, dict):
+            stack += [(f"[{i}]", x) for i, kv in enumerate(v.items()) for x in kv]
+        elif isinstance(v, (list, tuple, set, frozenset, collections.deque)):
+            stack += [(f"[{i}]", x) for i, x in enumerate(v)]
+        elif dataclasses.is_dataclass(v) or hasattr(v, "model_dump"):  # an installed package's
+            stack += [(f".{n}", x) for n, x in attributes(v)]  # model may hold the user's objects
+    return out

@@ -46,3 +46,18 @@ def object_key(value: Any) -> Optional[str]:
         return hashing.canonical_hash(walk.reach)
     finally:
         busy.discard(id(value))
+
+
+def user_code_key(value: Any) -> Optional[str]:
+    """The code of the user's classes inside a value its fields spell (a dataclass, a pydantic
+    model, a dict subclass) and what their instances hold besides: None when there are none."""
+    busy = _ACTIVE.__dict__.setdefault("objects", set())
+    if id(value) in busy:
+        return None
+    busy.add(id(value))
+    try:
+        walk = _Walk()
+        walk.reach_user_objects(value, "param")
+        return hashing.canonical_hash(walk.reach) if walk.reach else None
+    finally:
+        busy.discard(id(value))
