@@ -139,6 +139,7 @@ class ExecutionContext:
         self.occurrences = collections.Counter(s.node for s in self.steps)
         self.on_step = on_step
         self.state_hashes: dict = {}   # field -> canonical hash of its live value (keys)
+        self.state_classes: dict = {}  # field -> (its live value, the user classes it holds)
         self.state_blobs: dict = {}    # field -> address of its stored value (refs)
         self._internal_blobs = False   # whether state_blobs holds a Burr-style `__` key
         self.new_blobs: dict = {}

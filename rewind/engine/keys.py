@@ -18,11 +18,12 @@ from typing import Any, Optional
 
 from ..action import DETERMINISTIC, SIDE_EFFECT, TIME_BOUND, Policy, node_params, policy_of
 from ..errors import UnhashableValue
-from ..fingerprint import changed_units, code_fingerprint, describe_fingerprint
+from ..fingerprint import changed_units, code_fingerprint, describe_fingerprint, type_name
 from ..hashing import (
     canonical_hash, canonical_parts, combine, is_internal_key, join_parts,
     param_hash, sha256_hex, strip_ignored, to_canonical,
 )
+from ..objectparts import user_objects
 from .burr_compat import state_values
 
 
@@ -45,6 +46,24 @@ def _display(value: Any) -> Any:
         return to_canonical(value)
     except Exception:
         return repr(value)
+
+
+_SCALARS = frozenset({str, int, float, bool, type(None), bytes})
+
+
+def class_hashes(value: Any, field: str, memo: Optional[dict] = None) -> dict:
+    """{`class:<module.qualname>`: code fingerprint} of the user's classes inside a state value
+    (a dataclass, a pydantic model): its canonical spelling says only its fields, but a method
+    the node calls on it is code the node runs. `memo` keeps, per field, the value last walked
+    and its classes, so a value is walked once however many steps read it."""
+    got = memo.get(field) if memo is not None else None
+    if got is not None and got[0] is value:
+        found = got[1]
+    else:
+        found = sorted({type(o) for _, o in user_objects(value, limit=1 << 62)}, key=type_name)
+        if memo is not None:
+            memo[field] = (value, found)
+    return {f"class:{type_name(t)}": code_fingerprint(t) for t in found}
 
 
 _INPUT_HASHES: dict = {}  # (node, field hash items) -> input hash
@@ -94,14 +113,18 @@ class NodeSpec:
         return out
 
     def field_hashes(self, readable: dict, known: Optional[dict] = None,
-                     run_kwargs: Optional[dict] = None) -> dict:
+                     run_kwargs: Optional[dict] = None, classes: Optional[dict] = None) -> dict:
         """Per-field hashes of a visit: `code`, `read:<field>` (reads), `prior:<field>` (writes
-        the node does not declare as reads), `param:<name>`, `input:<name>` (runtime inputs).
-        `known` maps fields to hashes already computed for exactly these values."""
+        the node does not declare as reads), `class:<type>` (the code of a user class a value
+        holds), `param:<name>`, `input:<name>` (runtime inputs). `known` maps fields to
+        hashes already computed for exactly these values; `classes` remembers, per field,
+        which user classes its live value holds."""
         ignore = self.policy.ignore
         reads = set(self.inner.reads)
         out = {"code": self.code}
         for k, v in readable.items():
+            if type(v) not in _SCALARS:
+                out.update(class_hashes(v, k, classes))
             if ignore and k in ignore:
                 continue
             h = None if ignore or known is None else known.get(k)
@@ -205,7 +228,8 @@ def recorded_overrides(inner: Any, params: dict) -> dict:
 # --- why a visit ran again -------------------------------------------------------------------
 
 _LAYERS = (("read:", "{} changed"), ("prior:", "prior value of {} changed"),
-           ("param:", "param {} changed"), ("input:", "input {} changed"))
+           ("param:", "param {} changed"), ("input:", "input {} changed"),
+           ("class:", "the code of class {} changed"))
 
 
 def changed_fields(before: dict, now: dict, units_before: Optional[dict] = None,

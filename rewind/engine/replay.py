@@ -219,7 +219,7 @@ class ReplayAction(SingleStepAction):
     def _key(self, ctx: ExecutionContext, spec: NodeSpec, state: State, occurrence: int,
              run_kwargs: dict) -> StepRecord:
         readable = spec.readable(state)
-        field_hashes = spec.field_hashes(readable, ctx.state_hashes, run_kwargs)
+        field_hashes = spec.field_hashes(readable, ctx.state_hashes, run_kwargs, ctx.state_classes)
         runtime = {k: v for k, v in run_kwargs.items() if not k.startswith("__")}
         record = StepRecord(
             node=spec.node, occurrence=occurrence, started_at=time.time(),
