@@ -22,6 +22,7 @@ import importlib._bootstrap_external
 import io
 import os
 import pathlib
+import sys
 import threading
 import time
 import tokenize
@@ -138,9 +139,16 @@ def _os_open(path, flags, *args, **kwargs):
     return _ORIG_OS_OPEN(path, flags, *args, **kwargs)
 
 
+# Callers whose listings find installed packages, not data: `importlib.metadata` lists every
+# `sys.path` entry (the working directory among them) when a package asks its own version at
+# import, so a step that happened to import one first would miss whenever a file came or went.
+_DISCOVERY = frozenset({"importlib.metadata", "importlib_metadata"})
+
+
 def _listing(original):
     def listing(path=".", *args, **kwargs):  # os.listdir / os.scandir: the names it saw
-        if getattr(_LOCAL, "stack", None) and not isinstance(path, int):
+        if getattr(_LOCAL, "stack", None) and not isinstance(path, int) and \
+                sys._getframe(1).f_globals.get("__name__") not in _DISCOVERY:
             _record(path)
         return original(path, *args, **kwargs)
     return listing

@@ -168,3 +168,24 @@ def test_a_file_read_or_a_folder_listed_another_way_reruns_when_it_changes(tmp_p
         tmp_path, "reads", node, lambda: (tmp_path / "data" / target[0]).write_text(target[1]))
     assert step.status == "executed", how
     assert ours == burrs
+
+
+def test_a_package_looking_up_its_version_inside_a_step_lists_nothing(tmp_path, monkeypatch):
+    """`importlib.metadata` lists every `sys.path` entry, the working directory among them, when
+    a package imported inside a step asks its own version: that listing is not the step's input
+    (before, a file appearing in the project made every such step miss)."""
+    import importlib.metadata
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+
+    @action(reads=["topic"], writes=["out"])
+    def asks_version(state):
+        return state.update(out=importlib.metadata.version("apache-burr") and state["topic"])
+
+    graph, pipeline = _one_node("version", asks_version)
+    with Rewind(str(tmp_path / "r.db")) as rw:
+        run = rw.run(pipeline, {"topic": "bees"})
+        assert "." not in run.steps[-1].files
+        (tmp_path / "new_file.txt").write_text("x")
+        assert rw.fork(run.id, at="make").steps[-1].status == "cached"
