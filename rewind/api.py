@@ -39,6 +39,8 @@ def _database_errors(method: Callable) -> Callable:
     connection is dropped so the next call reconnects."""
     @functools.wraps(method)
     def guarded(self, *args, **kwargs):
+        if self.store.__dict__.get("_unfinished"):  # an outage left a run of ours `running`
+            self.store.finish_unfinished()
         try:
             return method(self, *args, **kwargs)
         except RewindError:

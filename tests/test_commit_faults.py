@@ -128,3 +128,46 @@ def test_a_failed_commit_of_a_fork_returns_a_readable_run_or_leaves_nothing(stor
                 assert rw.resume(new).status == "completed"
         _all_readable(store_url)
         rw.close()
+
+
+def test_an_outage_that_outlasts_the_run_leaves_it_interrupted_once_the_database_is_back(store_url):
+    """The server goes away for the rest of a run (its last commits and the mark after them
+    all fail) while the process lives on, like the dashboard: once the database answers again,
+    this process marks the run `interrupted` (no other process would: its owner is alive),
+    and it resumes to completion. Before, it stayed `running` for as long as the process lived."""
+    rw = Rewind(store_url, pipelines=[shapes.linear()])
+    flaky = FlakyCommits(rw.store)
+    flaky.fail_at = set(range(2, 1000))  # the first commit writes the run row; then the outage
+    with pytest.raises(CommitError):
+        rw.run(shapes.linear(), {"topic": "outage"})
+    flaky.fail_at = set()  # the server is back
+    other = Rewind(store_url, pipelines=[shapes.linear()])
+    stuck = next(r for r in other.list_runs(limit=1000) if r.summary == "outage")
+    assert stuck.status == "running"  # another process cannot tell: the owner is alive
+    runs = {r.summary: r for r in rw.list_runs(limit=1000)}  # any call of the owner's handle
+    assert runs["outage"].status == "interrupted", runs["outage"].status
+    assert other.get_run(stuck.id).status == "interrupted"
+    assert rw.resume(stuck.id).status == "completed"
+    other.close()
+    rw.close()
+
+
+def test_the_heartbeat_marks_a_run_an_outage_left_running(store_url):
+    """A process that makes no further call (a worker that idles) marks it too: every beat of
+    its heartbeat tries, and the first after the outage succeeds."""
+    from rewind.engine.liveness import Heartbeat
+
+    rw = Rewind(store_url, pipelines=[shapes.linear()])
+    flaky = FlakyCommits(rw.store)
+    flaky.fail_at = set(range(2, 1000))
+    with pytest.raises(CommitError):
+        rw.run(shapes.linear(), {"topic": "idle outage"})
+    beat = Heartbeat(rw.store)
+    beat.beat()  # still away: kept for the next beat
+    with Rewind(store_url) as other:
+        assert next(r for r in other.list_runs(limit=1000) if r.summary == "idle outage").status == "running"
+    flaky.fail_at = set()
+    beat.beat()
+    with Rewind(store_url) as other:
+        assert next(r for r in other.list_runs(limit=1000) if r.summary == "idle outage").status == "interrupted"
+    rw.close()

@@ -49,14 +49,20 @@ class Heartbeat:
 
     def _loop(self) -> None:
         while not self._stop.wait(self.INTERVAL_S):
-            with self._lock:
-                ids = list(self.live)
-            if not ids:
-                continue
-            try:
-                now = time.time()
-                with self.store.transaction():
-                    for run_id in ids:
-                        self.store.update_run(run_id, heartbeat_at=now)
-            except Exception:
-                logger.debug("heartbeat failed", exc_info=True)
+            self.beat()
+
+    def beat(self) -> None:
+        """One beat: the live runs' `heartbeat_at` now, and a run an outage left `running`
+        marked `interrupted` once the database is back."""
+        with self._lock:
+            ids = list(self.live)
+        self.store.finish_unfinished()
+        if not ids:
+            return
+        try:
+            now = time.time()
+            with self.store.transaction():
+                for run_id in ids:
+                    self.store.update_run(run_id, heartbeat_at=now)
+        except Exception:
+            logger.debug("heartbeat failed", exc_info=True)

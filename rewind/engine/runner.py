@@ -133,8 +133,10 @@ def finalize(ctx: ExecutionContext, fields: dict) -> None:
                 ctx.store.mark_interrupted(
                     ctx.run_id, fields.get("error") or "its last steps could not be written",
                     fields["finished_at"])
-        except Exception:  # the next store to open marks it (its owner process will be gone)
+        except Exception:  # this process marks it when the database is back
             ctx.store.reset_connection()
+            ctx.store.note_unfinished(ctx.run_id, fields.get("error") or
+                                      "its last steps could not be written", fields["finished_at"])
         raise
 
 

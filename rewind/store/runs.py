@@ -143,6 +143,29 @@ class SQLRuns(SQLBase, RunStore):
                 self.mark_interrupted(run_id, "the process running it died", only_running=True)
         return dead
 
+    def note_unfinished(self, run_id: str, error: str, finished_at: float) -> None:
+        """A run of this process whose last commit, and the mark after it, failed (the server
+        went away): it is marked `interrupted` by `finish_unfinished` once the database is back,
+        as no other process will (its owner, this process, is alive)."""
+        self.__dict__.setdefault("_unfinished", {})[run_id] = (error, finished_at)
+
+    def finish_unfinished(self) -> list:
+        """Mark the runs `note_unfinished` kept as `interrupted`; the ids marked. Cheap when
+        there are none (every call of the API asks)."""
+        pending = self.__dict__.get("_unfinished")
+        done: list = []
+        while pending:
+            run_id, (error, finished_at) = next(iter(pending.items()))
+            try:
+                with self.transaction():
+                    self.mark_interrupted(run_id, error, finished_at, only_running=True)
+            except Exception:  # still away: the next call, or the heartbeat, tries again
+                self.reset_connection()
+                break
+            pending.pop(run_id, None)
+            done.append(run_id)
+        return done
+
     def mark_interrupted(self, run_id: str, error: str, finished_at: Optional[float] = None,
                          only_running: bool = False) -> None:
         """Mark a run `interrupted` (resumable) with its totals counted from the steps it has
