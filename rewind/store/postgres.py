@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import random
+import time
 from typing import Any, Iterator, Optional, Sequence
 
 from ..errors import InvalidRequest, StoreError
@@ -30,6 +32,7 @@ from .sqlstore import SQLStore
 
 try:
     import psycopg2
+    import psycopg2.errors
     import psycopg2.extensions
     from burr.integrations.persisters.b_psycopg2 import PostgreSQLPersister
 except ImportError as e:  # pragma: no cover - both are dependencies of the package
@@ -41,6 +44,7 @@ except ImportError as e:  # pragma: no cover - both are dependencies of the pack
 SCHEMA_LOCK_KEY = 0x52657769_6E640001 & 0x7FFFFFFFFFFFFFFF
 # the tables gc locks against writers while it decides what nothing refers to
 GC_TABLES = ("blobs", "nodes", "cache", "tool_cache", BURR_TABLE, "runs")
+GC_LOCK_WAIT_S = 120.0  # how long gc waits for a moment when no writer holds its tables
 logger = logging.getLogger("rewind")
 # the search index (schema version 5): trigrams of the search columns joined by a space
 SEARCH_INDEX = "runs_search"
@@ -336,8 +340,25 @@ class PostgresStore(SQLStore):
         return self._search_index
 
     def lock_for_gc(self) -> None:
-        # Nothing may reference a blob between gc's scan and its delete; readers go on.
-        self.execute(f"LOCK TABLE {', '.join(GC_TABLES)} IN EXCLUSIVE MODE")
+        # Nothing may reference a blob between gc's scan and its delete; readers go on. Writers
+        # take these tables in their own order (a run row, then blobs): gc waiting for one while
+        # holding another would deadlock with them, so a try gives up after a moment, lets go
+        # of what it took (its savepoint) and tries again until the tables are free together.
+        deadline = time.monotonic() + GC_LOCK_WAIT_S
+        while True:
+            try:
+                with self.transaction():
+                    self.execute("SET LOCAL lock_timeout = '100ms'")
+                    self.execute(f"LOCK TABLE {', '.join(GC_TABLES)} IN EXCLUSIVE MODE")
+                break
+            except psycopg2.errors.LockNotAvailable:
+                if time.monotonic() > deadline:
+                    raise StoreError(
+                        f"{self.url}: gc could not lock its tables within {GC_LOCK_WAIT_S:.0f} s "
+                        "because runs were being written all the time; run it again when fewer "
+                        "are") from None
+                time.sleep(random.uniform(0.01, 0.1))  # writers' commits take milliseconds
+        self.execute("SET LOCAL lock_timeout = DEFAULT")
 
     def db_size_bytes(self) -> Optional[int]:
         try:
