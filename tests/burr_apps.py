@@ -497,6 +497,40 @@ def whole_state_app() -> App:
                executed_after_edit=["tidy_up", "tally", "judge"])
 
 
+# --- keep-unread: wipe(keep=) and subset naming fields the node neither reads nor writes ------
+# (a stranger's find: Burr keeps `history`, which is in the whole state and in `keep`; the view
+# the node ran on never held it, and Rewind deleted it)
+
+@action(reads=["a"], writes=["k"])
+def trim(state: State) -> State:
+    CALLS.append("trim")
+    return state.update(k=state["a"] * 10).wipe(keep=["a", "k", "history", "notes"])
+
+
+@action(reads=["history"], writes=["n"])
+def count_history(state: State) -> State:
+    CALLS.append("count_history")
+    return state.update(n=len(state["history"]))
+
+
+@action(reads=["k"], writes=["m"])
+def narrow(state: State) -> State:
+    CALLS.append("narrow")
+    return state.update(m=state["k"] + 1).subset("k", "m", "history", "n")
+
+
+def keep_unread_app() -> App:
+    graph = (
+        GraphBuilder()
+        .with_actions(trim, count_history, narrow)
+        .with_transitions(("trim", "count_history"), ("count_history", "narrow"))
+        .build()
+    )
+    return App("keep-unread", graph, "trim", {"a": 1, "history": ["h1", "h2"], "scratch": "x"},
+               [(None, None)], mid="trim", edit_at="trim", edit={"a": 2},
+               executed_after_edit=["trim", "narrow"])
+
+
 APPS = {
     "counter-burr": lambda: counter_app("burr"),
     "counter-rewind": lambda: counter_app("rewind"),
@@ -510,4 +544,5 @@ APPS = {
     "flaky-research": flaky_research_app,
     "whole-state": whole_state_app,
     "in-place": in_place_app,
+    "keep-unread": keep_unread_app,
 }

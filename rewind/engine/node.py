@@ -37,17 +37,24 @@ class ReadGuard(State):
     every other field there is) and which fields outside the view it deleted by name."""
 
     def __init__(self, values: dict, node: str, readable: Any, typing_system: Any = None,
-                 kept: bool = False, gone: frozenset = frozenset()):
+                 keep: Optional[frozenset] = None, gone: frozenset = frozenset()):
         super().__init__(values, typing_system=typing_system) if typing_system is not None \
             else super().__init__(values)
         self._rw_node = node
         self._rw_readable = readable if isinstance(readable, frozenset) else frozenset(readable)
-        self._rw_kept = kept
+        self._rw_keep = keep  # the names every wipe(keep=) / subset so far kept, None if none
         self._rw_gone = gone
 
-    def _derived(self, state: State, kept: bool = False, gone: Any = ()) -> "ReadGuard":
+    @property
+    def _rw_kept(self) -> bool:
+        return self._rw_keep is not None
+
+    def _derived(self, state: State, keep: Any = None, gone: Any = ()) -> "ReadGuard":
+        if keep is not None:
+            keep = frozenset(keep) if self._rw_keep is None else self._rw_keep & frozenset(keep)
         return ReadGuard(state.get_all(), self._rw_node, self._rw_readable,
-                         getattr(state, "typing_system", None), self._rw_kept or kept,
+                         getattr(state, "typing_system", None),
+                         self._rw_keep if keep is None else keep,
                          self._rw_gone.union(gone) if gone else self._rw_gone)
 
     def apply_operation(self, operation: Any) -> "ReadGuard":
@@ -55,13 +62,20 @@ class ReadGuard(State):
 
     def wipe(self, delete: Optional[list] = None, keep: Optional[list] = None) -> "ReadGuard":
         outside = [k for k in delete or () if k not in self._state]
-        return self._derived(super().wipe(delete=delete, keep=keep), keep is not None, outside)
+        return self._derived(super().wipe(delete=delete, keep=keep), keep, outside)
 
     def merge(self, other: State) -> "ReadGuard":
         return self._derived(super().merge(other))
 
     def subset(self, *keys: str, ignore_missing: bool = True) -> "ReadGuard":
-        return self._derived(super().subset(*keys, ignore_missing=ignore_missing), True)
+        return self._derived(super().subset(*keys, ignore_missing=ignore_missing), keys)
+
+    def kept_outside(self) -> list:
+        """The names outside the view whose fields Burr keeps after the node's `wipe(keep=)` /
+        `subset` (where the whole state has them): named in every one of them, and not
+        deleted by name since. A hit on another state keeps the same names."""
+        return sorted(k for k in self._rw_keep or () if k not in self._state
+                      and k not in self._rw_gone and not is_internal_key(k))
 
     def __getitem__(self, key: str) -> Any:
         if key not in self._state and key not in self._rw_readable and not is_internal_key(key):
@@ -176,8 +190,10 @@ def execute_node(node: str, runner: Any, readable: dict, reads: list, writes: li
     # a state that is not the view's (a new State) is all Burr keeps, as with wipe(keep=)
     if (getattr(new_state, "_rw_kept", False) or not isinstance(new_state, ReadGuard)) \
             and state is not None:
-        deleted = sorted(k for k in state.keys() if k not in values and not is_internal_key(k))
-        kept = sorted(k for k in values if not is_internal_key(k))
+        kept = sorted({k for k in values if not is_internal_key(k)}.union(
+            new_state.kept_outside() if isinstance(new_state, ReadGuard) else ()))
+        keep = set(kept)
+        deleted = sorted(k for k in state.keys() if k not in keep and not is_internal_key(k))
     else:
         deleted = [k for k in readable if k not in values and not is_internal_key(k)]
         gone = getattr(new_state, "_rw_gone", ())
