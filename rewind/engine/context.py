@@ -238,14 +238,24 @@ class ExecutionContext:
     def inputs_for(self, node: str, occurrence: int) -> dict:
         """The runtime inputs to give Burr for this visit: a fork's recorded ones, else the
         run's; a lineage's param change that names a runtime input overrides it."""
-        recorded = self.replay_inputs.get((node, occurrence))
-        inputs = dict(recorded) if recorded is not None else dict(self.inputs)
+        inputs = self.given_inputs(node, occurrence)
         action = self.pipeline.actions.get(node)
         if action is not None and self.param_overrides.get(node):
-            names = runtime_input_names(action)
+            names = runtime_input_names(action) | set(inputs)
             inputs.update({k: v for k, v in overrides_at(self.param_overrides, node, occurrence).items()
                            if k in names})
         return inputs
+
+    def given_inputs(self, node: str, occurrence: int) -> dict:
+        """The inputs this visit was given: recorded, for a replay; for a visit the parent
+        never made (an edit made a loop go round more often), those of the node's latest
+        earlier visit, as Burr hands every step of a turn the same inputs; else the run's."""
+        recorded = self.replay_inputs.get((node, occurrence))
+        if recorded is None and self.replay_inputs:
+            earlier = [o for n, o in self.replay_inputs if n == node and o < occurrence]
+            if earlier:
+                recorded = self.replay_inputs[(node, max(earlier))]
+        return dict(recorded) if recorded is not None else dict(self.inputs)
 
     # the write buffer ------------------------------------------------------------------------
     def flush_pending(self, store: Any) -> None:
@@ -356,7 +366,7 @@ class ExecutionContext:
         """The node's spec for this visit, with the lineage's param overrides applied."""
         overrides = overrides_at(self.param_overrides, node, occurrence)
         if overrides:  # those naming runtime inputs reach the node as inputs (`inputs_for`)
-            names = runtime_input_names(inner)
+            names = runtime_input_names(inner) | set(self.given_inputs(node, occurrence))
             overrides = {k: v for k, v in overrides.items() if k not in names}
         key = (node, json.dumps(overrides, sort_keys=True, default=repr)) if overrides else node
         got = self._specs.get(key)
