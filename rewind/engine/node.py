@@ -14,9 +14,11 @@ run to completion on a private event loop; streaming actions are consumed to the
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import copy
 import dataclasses
 import inspect
+import queue
 import threading
 from typing import Any, Optional
 
@@ -111,26 +113,58 @@ class NodeResult:
     extra: list = dataclasses.field(default_factory=list)
 
 
+# One event loop per thread for async nodes, kept open: a client a node is bound to (Burr's
+# chatbot examples bind one AsyncOpenAI to every node) keeps its connections on the loop it first
+# ran on, so a fresh loop per node (`asyncio.run`) failed the second node with "Event loop is
+# closed". Plain Burr's `arun` runs every node on the caller's one loop, too.
+_LOOPS = threading.local()
+_HELPER: dict = {}  # depth -> the queue of the thread that runs coroutines for a caller whose
+# own loop is running
+_HELPER_LOCK = threading.Lock()
+
+
+def _thread_loop() -> asyncio.AbstractEventLoop:
+    loop = getattr(_LOOPS, "loop", None)
+    if loop is None or loop.is_closed():
+        loop = _LOOPS.loop = asyncio.new_event_loop()
+    return loop
+
+
 def _run_coroutine(coro: Any) -> Any:
-    """Run an async action's coroutine to completion from synchronous code."""
+    """Run an async action's coroutine to completion from synchronous code, on this thread's
+    loop (the node's context variables, its meter among them, come along)."""
     try:
         asyncio.get_running_loop()
     except RuntimeError:
-        return asyncio.run(coro)
-    box: dict = {}
+        return _thread_loop().run_until_complete(coro)
+    # a loop is running in this thread (a notebook, or a node of a helper's): a helper thread
+    # of our own runs it, in the caller's context, on its one loop; one helper per depth of
+    # nesting, so a helper never waits for itself
+    job = {"coro": coro, "context": contextvars.copy_context(), "done": threading.Event()}
+    depth = getattr(_LOOPS, "depth", 0)
+    with _HELPER_LOCK:
+        helper = _HELPER.get(depth)
+        if helper is None:
+            helper = _HELPER[depth] = queue.SimpleQueue()
+            threading.Thread(target=_serve_coroutines, args=(helper, depth + 1), daemon=True,
+                             name=f"rewind-async-nodes-{depth}").start()
+    helper.put(job)
+    job["done"].wait()
+    if "error" in job:
+        raise job["error"]
+    return job["value"]
 
-    def target():  # a loop is running in this thread (a notebook): use a thread of our own
+
+def _serve_coroutines(jobs: "queue.SimpleQueue", depth: int) -> None:
+    _LOOPS.depth = depth
+    while True:
+        job = jobs.get()
         try:
-            box["value"] = asyncio.run(coro)
+            job["value"] = job["context"].run(_thread_loop().run_until_complete, job["coro"])
         except BaseException as e:  # re-raised in the caller's thread
-            box["error"] = e
-
-    t = threading.Thread(target=target, name="rewind-async-node")
-    t.start()
-    t.join()
-    if "error" in box:
-        raise box["error"]
-    return box["value"]
+            job["error"] = e
+        finally:
+            job["done"].set()
 
 
 def _settle(value: Any) -> Any:
