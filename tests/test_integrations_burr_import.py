@@ -171,3 +171,34 @@ def test_an_action_the_pipeline_lacks_is_refused(rw, tmp_path):
 def essays_pipeline() -> Pipeline:
     """For `--pipeline test_integrations_burr_import:essays_pipeline` (the CLI test)."""
     return Pipeline("essays", graph(), "outline")
+
+
+@burr_action(reads=["i"], writes=["seen"])
+def seen_with_note(state):  # also sets `note`, which it does not declare: Burr keeps it
+    return state.update(seen=state["i"], note=f"note-{state['i']}")
+
+
+@burr_action(reads=["i"], writes=["z"])
+def drop_scratch(state):  # deletes a field it neither reads nor writes
+    return state.update(z=state["i"]).wipe(delete=["scratch"])
+
+
+def test_hits_on_an_imported_run_do_to_the_state_what_burr_did(rw, tmp_path):
+    """A stranger's find: a no-edit fork of an imported run served its steps from the cache
+    without the field a node set undeclared, and with the field a node deleted by name (the
+    import read only declared writes, and deletions of fields the node reads)."""
+    g = (GraphBuilder().with_actions(seen=seen_with_note, drop=drop_scratch)
+         .with_transitions(("seen", "drop")).build())
+    start = {"i": 1, "scratch": "s", "other": "x"}
+    app = (ApplicationBuilder().with_graph(g).with_entrypoint("seen").with_state(**start)
+           .with_tracker("local", project="strays", params={"storage_dir": str(tmp_path)}).build())
+    burr_states = [dict(st.get_all()) for _, _, st in app.iterate(halt_after=["drop"])]
+    burr_states = [{k: v for k, v in s.items() if not k.startswith("__")} for s in burr_states]
+    pipeline = Pipeline("strays", g, "seen")
+    rw.register(pipeline)
+    run_id = import_burr(rw, str(tmp_path / "strays"), pipeline, initial_state=start).run_ids[0]
+    fork = rw.fork(run_id, at="seen")
+    assert [str(s.status) for s in fork.steps] == ["cached", "cached"]
+    for run in (rw.get_run(run_id), fork):
+        ours = [{k: v for k, v in rw.state_at(s).items() if not k.startswith("__")} for s in run.steps]
+        assert ours == burr_states

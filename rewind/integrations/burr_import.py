@@ -292,16 +292,18 @@ def _import_app(rw: Any, pipeline: Any, path: str, app_id: str, run_id: str,
                     outputs = {w: after[w] for w in spec.writes if w in after}
                 else:  # Burr's Result: what it returned is what it produced
                     outputs = _user(serde.deserialize(s.result or {}))
-                deleted = [k for k in readable if k not in after]
+                # what Burr's log says the step did to the whole state: fields set outside its
+                # declared writes (kept by Burr, served again by a hit) and fields removed
+                stray = {k: v for k, v in after.items()
+                         if k not in spec.writes and (k not in state or state[k] != v)}
+                record.extra = sorted(stray)
+                outputs.update(stray)
+                deleted = [k for k in state if k not in after and not k.startswith("__")]
                 ReplayAction._finish_outputs(ctx, spec, record, outputs, deleted)  # noqa: SLF001
                 if spec.policy.cacheable and keyed and s.action not in code_changed:
                     entry = store.cache_get(s.action, record.input_hash)
                     ReplayAction._cache_entry(ctx, spec, record, entry, False)  # noqa: SLF001
                     record.cache_row["cached_at"] = s.end  # a time-bound value's age is Burr's
-                stray = {k: v for k, v in after.items()
-                         if k not in spec.writes and (k not in state or state[k] != v)}
-                if stray:  # changed outside the node's declared writes: take the log's word
-                    ctx.absorb(stray)
             ctx.current = None
             record_step(ctx, record, s.seq, run_id)
             store.persister().save(
