@@ -202,3 +202,53 @@ def test_hits_on_an_imported_run_do_to_the_state_what_burr_did(rw, tmp_path):
     for run in (rw.get_run(run_id), fork):
         ours = [{k: v for k, v in rw.state_at(s).items() if not k.startswith("__")} for s in run.steps]
         assert ours == burr_states
+
+
+@burr_action(reads=["x"], writes=["y"])
+def doubled(state):
+    return state.update(y=state["x"] * 2)
+
+
+def test_a_tracked_app_that_ran_map_states_imports_with_its_tasks_skipped(rw, tmp_path):
+    """Burr's tracker writes each MapStates task as an app of its own beside its parent (with a
+    `spawning_parent_pointer`); importing the project refused them all (their action is not
+    the pipeline's) and wrote nothing. The parent's step holds the tasks' result."""
+    from burr.core.parallelism import MapStates
+
+    class EachX(MapStates):
+        def action(self, state, inputs):
+            return doubled
+
+        def states(self, state, context, inputs):
+            for x in state["xs"]:
+                yield state.update(x=x)
+
+        def reduce(self, state, states):
+            return state.update(ys=[s["y"] for s in states])
+
+        @property
+        def reads(self):
+            return ["xs"]
+
+        @property
+        def writes(self):
+            return ["ys"]
+
+    g = GraphBuilder().with_actions(each=EachX(), total=bump_total).with_transitions(("each", "total")).build()
+    app = (ApplicationBuilder().with_graph(g).with_entrypoint("each").with_state(xs=[1, 2, 3])
+           .with_tracker("local", project="par", params={"storage_dir": str(tmp_path)})
+           .with_identifiers(app_id="parent").build())
+    *_, burr_state = app.run(halt_after=["total"])
+    pipeline = Pipeline("par", g, "each")
+    rw.register(pipeline)
+    report = import_burr(rw, str(tmp_path / "par"), pipeline, initial_state={"xs": [1, 2, 3]})
+    assert list(report.runs) == ["parent"]
+    assert sum("sub-application" in line for line in report.skipped) == 3
+    fork = rw.fork(report.runs["parent"], at="each")
+    assert [str(s.status) for s in fork.steps] == ["cached", "cached"]
+    assert rw.state_at(fork.steps[-1])["total"] == burr_state["total"] == 12
+
+
+@burr_action(reads=["ys"], writes=["total"])
+def bump_total(state):
+    return state.update(total=sum(state["ys"]))

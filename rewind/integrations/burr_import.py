@@ -219,6 +219,12 @@ def _import_app(rw: Any, pipeline: Any, path: str, app_id: str, run_id: str,
     if not steps:
         report.skipped.append(f"{app_id}: its log holds no step")
         return
+    spawned = meta.get("spawning_parent_pointer")
+    if spawned:  # a MapStates / MapActions task: its parent's step ran it, and holds its output
+        report.skipped.append(
+            f"{app_id}: a sub-application Burr ran inside app {spawned.get('app_id')}'s step "
+            f"{spawned.get('sequence_id')}; that step is imported with its result")
+        return
     if meta.get("parent_pointer"):
         pp = meta["parent_pointer"]
         report.not_kept.append(
