@@ -37,7 +37,8 @@ c1, c2, c3, c4 = st.columns([3, 2, 3, 1])
 name = c1.selectbox("Pipeline", names, key="batch_pipeline")
 pipeline = core.find_pipeline(name)
 status = c2.selectbox("Runs with status", ["completed", "failed", "any"], key="batch_status")
-search = c3.text_input("Filter (text in the run's first input)", key="batch_search")
+search = c3.text_input("Filter (text in the run's first input)", key="batch_search",
+                       max_chars=rewind.MAX_SEARCH)
 limit = c4.number_input("At most", min_value=1, max_value=100_000, value=100, step=10, key="batch_limit")
 
 nodes = list(pipeline.actions)
@@ -80,8 +81,12 @@ def _json_object(text: str, label: str):
 params, edit = _json_object(params_text, "Params"), _json_object(edit_text, "Edit")
 selection: dict = {"pipeline": name, "status": None if status == "any" else status, "limit": int(limit)}
 if search.strip():
-    found = rw.list_runs(pipeline=name, status=selection["status"], search=search.strip(),
-                         limit=min(int(limit) * 4, 10_000))
+    try:
+        found = rw.list_runs(pipeline=name, status=selection["status"], search=search.strip(),
+                             limit=min(int(limit) * 4, 10_000))
+    except rewind.UserError as e:
+        st.error(md(e))
+        st.stop()
     ids = [r.id for r in found if r.parent_id is None][: int(limit)]
     if not ids:
         st.info(f"No {md(name)} run matches {md(search.strip())!r}.")

@@ -108,12 +108,16 @@ pipeline_filter = f1.selectbox("Pipeline", [view.ALL] + core.pipeline_names(), k
                                persist_state="session", on_change=_filters_changed)
 status_filter = f2.selectbox("Status", [view.ALL, *view.RUN_STATUSES], key="flt_status", persist_state="session", on_change=_filters_changed)
 search = f3.text_input("Search", key="flt_search", placeholder="run id, question or pipeline",
-                       persist_state="session", on_change=_filters_changed)
+                       max_chars=rewind.MAX_SEARCH, persist_state="session", on_change=_filters_changed)
 forks_only = f4.toggle("Forks only", key="flt_forks", persist_state="session", on_change=_filters_changed)
 page_size = f5.selectbox("Rows", view.PAGE_SIZES, index=1, key="flt_size", persist_state="session")
 
 filters = view.filters(pipeline_filter, status_filter, forks_only, search)
-total = core.runs_count(**filters)
+try:
+    total = core.runs_count(**filters)
+except rewind.UserError as e:  # a search the store refuses (too long): one line, not a traceback
+    st.error(md(e))
+    st.stop()
 n_pages = view.page_count(total, page_size)
 if st.session_state.get("flt_page", 1) > n_pages:
     st.session_state["flt_page"] = 1

@@ -2,7 +2,7 @@
 reaches (unchanged nodes come from a content-addressed cache), and diff the trajectories."""
 
 from .action import action, tool
-from .api import Rewind, register_pipeline
+from .api import MAX_SEARCH, Rewind, register_pipeline
 from .engine import Pipeline
 from .errors import (
     CommitError, CorpusError, ForkError, IntegrityError, InvalidRequest, NotFound, OperationError,
@@ -17,7 +17,7 @@ from . import llm  # noqa: E402  (rewind.llm.chat is part of the public contract
 from .batch import BatchReport, BatchRow  # noqa: E402
 
 __all__ = [
-    "action", "tool", "Rewind", "Pipeline", "register_pipeline", "RewindError", "NotFound",
+    "action", "tool", "Rewind", "Pipeline", "register_pipeline", "MAX_SEARCH", "RewindError", "NotFound",
     "InvalidRequest", "UnhashableValue", "UndeclaredRead", "ForkError", "StoreError",
     "IntegrityError", "ProviderError", "canonical_hash", "record_usage", "Run", "Step",
     "TrajectoryDiff", "DiffRow", "AuditReport", "AuditRow", "llm", "register_type",

@@ -54,6 +54,12 @@ def _database_errors(method: Callable) -> Callable:
     return guarded
 
 
+def _check_search(search: Any) -> None:
+    if search is not None and len(str(search)) > MAX_SEARCH:
+        raise InvalidRequest(f"a search is at most {MAX_SEARCH:,} characters, not "
+                             f"{len(str(search)):,}", field="search")
+
+
 class Rewind:
     """A handle on one store: run, fork, resume, diff and audit pipelines."""
 
@@ -190,9 +196,7 @@ class Rewind:
         if offset > MAX_OFFSET:
             raise InvalidRequest(f"offset {offset} is past any page there can be (at most "
                                  f"{MAX_OFFSET:,})", field="offset")
-        if search is not None and len(str(search)) > MAX_SEARCH:
-            raise InvalidRequest(f"a search is at most {MAX_SEARCH:,} characters, not "
-                                 f"{len(str(search)):,}", field="search")
+        _check_search(search)
         cursor = None
         if after is not None:  # keyset: (created_at, id) of the run `after` names
             run_id = after.id if isinstance(after, Run) else after
@@ -219,6 +223,7 @@ class Rewind:
 
     def count_runs(self, **filters: Any) -> int:
         """How many runs match the filters `list_runs` takes (paging aside)."""
+        _check_search(filters.get("search"))
         return self.store.count_runs(**filters, owner=self._owner_filter)
 
     def stored_pipelines(self) -> list:

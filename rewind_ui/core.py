@@ -150,7 +150,9 @@ def bump() -> None:
 
 def _run_row(r: Any) -> dict:
     return {
-        "id": r.id, "pipeline": r.pipeline, "summary": r.summary, "status": r.status,
+        # plain strings: cache_data pickles rows, and a Streamlit reload of `rewind` makes a
+        # new RunStatus that the old handle's enum objects are no longer
+        "id": r.id, "pipeline": r.pipeline, "summary": r.summary, "status": str(r.status),
         "created_at": r.created_at, "started": fmt_ts(r.created_at), "steps": r.step_count,
         "tokens": r.total_tokens, "tokens_saved": r.tokens_saved,
         "latency_ms": r.latency_ms, "parent_id": r.parent_id, "fork_node": r.fork_node,

@@ -21,6 +21,9 @@ _AVATAR_NAME = {"user": "user", "assistant": "assistant", "system": "ai", "tool"
 _AVATARS = {"system": ":material/settings:", "developer": ":material/settings:", "tool": ":material/build:"}
 
 
+SHOW_CHARS = 20_000  # of one field's text on a page
+
+
 def show_fields(values: Any, empty: str = "Nothing recorded.", expanded: int = 2) -> None:
     """Each text field under its name with its line breaks; the other fields as JSON."""
     texts, rest = split_fields(values)
@@ -29,9 +32,12 @@ def show_fields(values: Any, empty: str = "Nothing recorded.", expanded: int = 2
         return
     for name, text in texts.items():
         st.caption(fmt.md_escape(name))
-        st.text(text if text else "(empty text)")
+        # a page holds every tab's text up front: a megabyte there stalls the browser
+        st.text(fmt.preview_text(text, SHOW_CHARS) if text else "(empty text)")
+        if len(text) > SHOW_CHARS:
+            st.caption(f"Cut at {SHOW_CHARS:,} characters; the whole value: `rewind show RUN --json`.")
     if rest:
-        st.json(fmt.to_jsonable(rest), expanded=expanded)
+        st.json(fmt.preview_value(fmt.to_jsonable(rest), SHOW_CHARS), expanded=expanded)
 
 
 def show_calls(calls: list) -> None:

@@ -578,3 +578,30 @@ def test_an_interrupted_run_can_be_forked_at_the_node_it_never_reached(rw, db):
     assert fork.parent_id == root.id and fork.fork_node == "critique" and fork.status == "completed"
     full = rw.get_run(fork.id)
     assert [s.status for s in full.steps] == ["inherited", "inherited", "executed", "dry-run"]
+
+
+def test_a_search_over_the_limit_is_a_message_not_a_traceback(runs):
+    """A stranger typed 1,001 characters into Runs' search (and Batch's filter): the page showed
+    the store's refusal as a traceback, for the rest of the session. The box takes at most
+    `rewind.MAX_SEARCH` characters; a longer value set another way is one clear line."""
+    at = ok(app(state={"flt_search": "x" * (rewind.MAX_SEARCH + 1)}).run())
+    assert any("at most 1,000 characters" in e.value for e in at.error), [e.value for e in at.error]
+    assert at.text_input(key="flt_search").max_chars == rewind.MAX_SEARCH
+
+
+def test_a_huge_text_output_is_cut_on_the_page(rw, db):
+    """A 1 MB output stalled the browser (every tab's text is in the page up front): a field's
+    text is cut at `textview.SHOW_CHARS` characters, with a note of its real size."""
+    from rewind_ui import textview
+
+    @rewind.action(reads=["question"], writes=["answer"])
+    def huge(state):
+        return state.update(answer="A" * 1_000_000)
+
+    pipeline = rewind.Pipeline("huge", GraphBuilder().with_actions(huge=huge).with_transitions().build(), "huge")
+    run = rw.run(pipeline, {"question": "q"})
+    rewind.register_pipeline(pipeline)
+    at = ok(app(query={"run": run.id, "node": "huge"}).run())
+    shown = [t for t in texts(at.text) if t.startswith("AAAA")]
+    assert shown and all(len(t) < textview.SHOW_CHARS + 200 for t in shown)
+    assert any("1,000,000 in all" in t for t in shown)
