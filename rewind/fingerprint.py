@@ -199,6 +199,9 @@ class _Walk:
                 return
             self.seen.add(id(cls))
             self.add(_unit(cls), _code_text(cls))
+        meta = type(cls)  # a metaclass of the user's runs when the class is called
+        if meta is not type and module_kind(getattr(meta, "__module__", "") or "") == USER:
+            self.visit_class(meta)
         for klass in cls.__mro__:
             kind = module_kind(getattr(klass, "__module__", "") or "")
             if kind == PACKAGE:

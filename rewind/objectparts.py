@@ -108,7 +108,7 @@ def functions_of(member: Any) -> list:
     return [member] if inspect.isfunction(member) else []
 
 
-def user_objects(value: Any, limit: int = PARTS_MAX) -> list:
+def user_objects(value: Any, limit: int = PARTS_MAX, deep: bool = False) -> list:
     """[(suffix, obj)]: the instances of user classes inside a value that has a canonical
     encoding (a dataclass, a pydantic model, a NamedTuple, a dict, str or enum subclass, at any
     depth of containers). Their spelling says only the fields: not the class's code nor what
@@ -124,7 +124,9 @@ def user_objects(value: Any, limit: int = PARTS_MAX) -> list:
         limit -= 1
         if module_kind(t.__module__ or "") == USER:
             out.append((suffix, v))
-            if not isinstance(v, (dict, list, tuple, set, frozenset)):
+            if deep:  # the objects it holds, at any depth (`deep`: no walk of its own follows)
+                stack += [(f"{suffix}.{n}", x) for n, x in attributes(v)]
+            elif not isinstance(v, (dict, list, tuple, set, frozenset)):
                 continue  # its attributes are walked with it
         if isinstance(v, dict):
             stack += [(f"[{i}]", x) for i, kv in enumerate(v.items()) for x in kv]

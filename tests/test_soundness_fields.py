@@ -133,6 +133,18 @@ CASES = {
     "a dataclass held in state, its method called": (
         _app('state["cfg"].render(state["topic"])', "from cfgmod import C\nSTATE = {'topic': 'bees', 'cfg': C()}")
         .replace("reads=['topic']", "reads=['topic', 'cfg']"), {"cfgmod.py": DC_RENDERS, **H1}, H2),
+    "a dataclass nested in a state value's field": (
+        _app('state["cfg"].inner.render(state["topic"])',
+             "from cfgmod import C, Outer\nSTATE = {'topic': 'bees', 'cfg': Outer(inner=C())}")
+        .replace("reads=['topic']", "reads=['topic', 'cfg']"),
+        {"cfgmod.py": DC_RENDERS + "@dataclass\nclass Outer:\n    inner: C\n", **H1}, H2),
+    "a metaclass's __call__": (
+        _app('C().p + state["topic"]', "from cfgmod import C"),
+        {"cfgmod.py": "from meta import M\nclass C(metaclass=M):\n    pass\n",
+         "meta.py": "class M(type):\n    def __call__(cls, *a, **k):\n        o = super().__call__(*a, **k)\n"
+                    "        o.p = 'v1 '\n        return o\n"},
+        {"meta.py": "class M(type):\n    def __call__(cls, *a, **k):\n        o = super().__call__(*a, **k)\n"
+                    "        o.p = 'v2 '\n        return o\n"}),
     "a ContextVar's default": (
         _app('CV.get() + state["topic"]', "from ctx import CV"),
         {"ctx.py": "import contextvars\nCV = contextvars.ContextVar('p', default='v1 ')\n"},

@@ -60,7 +60,7 @@ def class_hashes(value: Any, field: str, memo: Optional[dict] = None) -> dict:
     if got is not None and got[0] is value:
         found = got[1]
     else:
-        found = sorted({type(o) for _, o in user_objects(value, limit=1 << 62)}, key=type_name)
+        found = sorted({type(o) for _, o in user_objects(value, limit=1 << 62, deep=True)}, key=type_name)
         if memo is not None:
             memo[field] = (value, found)
     return {f"class:{type_name(t)}": code_fingerprint(t) for t in found}
