@@ -229,3 +229,9 @@ def changed(files: dict, root: Optional[str] = None) -> list:
         rel for rel, h in (files or {}).items()
         if current_hash(os.path.join(base, *rel.split("/"))) != h
     )
+
+
+# Installed when Rewind is imported, not at the first step: a module imported after it that
+# takes the functions themselves (`from os import listdir`, `from io import open`) gets the
+# recording ones. (One imported before Rewind keeps what it took: not followed.)
+_install()

@@ -189,3 +189,55 @@ def test_a_package_looking_up_its_version_inside_a_step_lists_nothing(tmp_path, 
         assert "." not in run.steps[-1].files
         (tmp_path / "new_file.txt").write_text("x")
         assert rw.fork(run.id, at="make").steps[-1].status == "cached"
+
+
+def test_file_functions_a_module_took_for_itself_still_record(tmp_path):
+    """`from os import listdir` / `from io import open as OPEN` in a module imported after
+    Rewind: the patches were installed at the first step, so such a module kept the originals
+    and its reads were never keyed (a stranger's find). In a fresh process, as a user's app is."""
+    import subprocess
+    import sys
+    import textwrap
+
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "a.txt").write_text("v1")
+    (tmp_path / "mod.py").write_text(textwrap.dedent("""
+        from os import listdir
+        from io import open as OPEN
+        def names():
+            return "|".join(sorted(listdir("docs")))
+        def first():
+            with OPEN("docs/a.txt") as f:
+                return f.read()
+    """))
+    (tmp_path / "drive.py").write_text(textwrap.dedent("""
+        import sys
+        sys.path.insert(0, ".")
+        import rewind, mod
+        from burr.core.graph import GraphBuilder
+        @rewind.action(reads=["topic"], writes=["out"])
+        def make(state):
+            return state.update(out=mod.names() + mod.first() + state["topic"])
+        g = GraphBuilder().with_actions(make=make).with_transitions().build()
+        with rewind.Rewind("r.db") as rw:
+            if sys.argv[1] == "run":
+                print(rw.run(rewind.Pipeline("p", g, "make"), {"topic": "x"}).id)
+            else:
+                rw.register(rewind.Pipeline("p", g, "make"))
+                print(rw.fork(sys.argv[2], at="make").steps[-1].status)
+    """))
+    env = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+    def drive(*args) -> str:
+        out = subprocess.run([sys.executable, "drive.py", *args], cwd=tmp_path, env=env,
+                             capture_output=True, text=True, timeout=120)
+        assert out.returncode == 0, out.stderr[-2000:]
+        return out.stdout.strip().splitlines()[-1]
+
+    run_id = drive("run")
+    assert drive("fork", run_id) == "cached"
+    (tmp_path / "docs" / "b.txt").write_text("new")
+    assert drive("fork", run_id) == "executed"  # a new file in the folder it lists
+    assert drive("fork", run_id) == "cached"
+    (tmp_path / "docs" / "a.txt").write_text("v2")
+    assert drive("fork", run_id) == "executed"  # the file it opened
