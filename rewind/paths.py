@@ -4,6 +4,7 @@ clear refusal rather than an error after the work (or a half-written file)."""
 from __future__ import annotations
 
 import os
+import tempfile
 
 
 def nearest_existing(path: str) -> str:
@@ -21,6 +22,12 @@ def unwritable_reason(path: str) -> str:
     file system does not)."""
     here = nearest_existing(path)
     folder = here if os.path.isdir(here) else os.path.dirname(here)
-    if os.access(folder, os.W_OK | os.X_OK):
-        return ""
-    return f"{folder} is not writable"
+    if not os.access(folder, os.W_OK | os.X_OK):
+        return f"{folder} is not writable"
+    try:  # root passes every access check, yet /proc or /sys take no new entry: try one
+        fd, probe = tempfile.mkstemp(dir=folder, prefix=".rewind-probe-")
+    except OSError as e:
+        return f"{folder} takes no new file ({e.strerror or e})"
+    os.close(fd)
+    os.unlink(probe)
+    return ""

@@ -284,3 +284,14 @@ def test_show_counts_inherited_steps_as_saved_like_the_dashboard(demo):
         saved = run_costs(fork)["saved"] if isinstance(run_costs(fork), dict) else fork.saved
         assert fork.saved > fork.tokens_saved and saved == fork.saved
         assert f"{fork.saved} saved" in run_headline(fork)
+
+
+def test_snapshot_into_a_folder_that_takes_no_file_is_refused_before_any_work(demo, no_audit):
+    """`/proc` passes root's access checks yet takes no new entry: the refusal came after the
+    whole audit, as a FileNotFoundError with exit code 1 (a stranger's find). The folder is
+    now tried with a file of its own first."""
+    cli, run_id, _ = demo
+    p = cli("snapshot", run_id, "--to", "/proc/nope/x.json", "-q")
+    assert p.returncode == 2
+    err = one_error_line(p)
+    assert "--to" in err and "/proc" in err and "takes no new file" in err
