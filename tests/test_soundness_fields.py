@@ -145,6 +145,19 @@ CASES = {
                     "        o.p = 'v1 '\n        return o\n"},
         {"meta.py": "class M(type):\n    def __call__(cls, *a, **k):\n        o = super().__call__(*a, **k)\n"
                     "        o.p = 'v2 '\n        return o\n"}),
+    "a nested model's validator, through a field's type": (
+        _app('M(items=[{"p": "p "}]).items[0].p + state["topic"]', "from cfgmod import M"),
+        {"cfgmod.py": "from typing import List\nfrom pydantic import BaseModel\nfrom inner import I\n"
+                      "class M(BaseModel):\n    items: List[I]\n",
+         "inner.py": "from pydantic import BaseModel, field_validator\nclass I(BaseModel):\n    p: str\n"
+                     "    @field_validator('p')\n    @classmethod\n    def _v(cls, v):\n        return 'v1 ' + v\n"},
+        {"inner.py": "from pydantic import BaseModel, field_validator\nclass I(BaseModel):\n    p: str\n"
+                     "    @field_validator('p')\n    @classmethod\n    def _v(cls, v):\n        return 'v2 ' + v\n"}),
+    "an Annotated validator from another module": (
+        _app('M(p="p ").p + state["topic"]', "from cfgmod import M"),
+        {"cfgmod.py": "from pydantic import BaseModel\nfrom kinds import Shout\nclass M(BaseModel):\n    p: Shout\n",
+         "kinds.py": "from typing import Annotated\nfrom pydantic import AfterValidator\nimport helpers\n"
+                     "Shout = Annotated[str, AfterValidator(helpers.deco)]\n", **H1}, H2),
     "a ContextVar's default": (
         _app('CV.get() + state["topic"]', "from ctx import CV"),
         {"ctx.py": "import contextvars\nCV = contextvars.ContextVar('p', default='v1 ')\n"},
