@@ -252,3 +252,61 @@ def test_a_tracked_app_that_ran_map_states_imports_with_its_tasks_skipped(rw, tm
 @burr_action(reads=["ys"], writes=["total"])
 def bump_total(state):
     return state.update(total=sum(state["ys"]))
+
+
+@burr_action(reads=["n"], writes=["n"])
+def slow_step(state):  # a step that takes a while: the import commits after each such step
+    import time
+
+    time.sleep(0.03)
+    return state.update(n=state["n"] + 1)
+
+
+def slow_graph():
+    return (GraphBuilder().with_actions(a=slow_step, b=slow_step, c=slow_step, d=slow_step)
+            .with_transitions(("a", "b"), ("b", "c"), ("c", "d")).build())
+
+
+def test_an_import_killed_halfway_is_imported_whole_the_next_time(store_url, tmp_path):
+    """A stranger killed `import-burr` after its second step commit: the next import said
+    "already imported" of a run holding part of Burr's steps, for good. A cut-short import
+    (its run `interrupted`, no fork of it) is now removed and imported again."""
+    import os
+    import subprocess
+    import sys
+    import textwrap
+
+    app = (ApplicationBuilder().with_graph(slow_graph()).with_entrypoint("a").with_state(n=0)
+           .with_tracker("local", project="killed", params={"storage_dir": str(tmp_path / "burr")})
+           .build())
+    app.run(halt_after=["d"])
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    child = textwrap.dedent(f"""
+        import os, signal
+        from rewind import Pipeline, Rewind
+        from rewind.integrations import import_burr
+        from tests.test_integrations_burr_import import slow_graph
+        rw = Rewind({store_url!r})
+        pipeline = rw.register(Pipeline("killed", slow_graph(), "a"))
+        real, n = rw.store.insert_nodes, [0]
+        def insert_then_die(*a, **k):
+            real(*a, **k)
+            n[0] += 1
+            if n[0] == 2:
+                os.kill(os.getpid(), signal.SIGKILL)
+        rw.store.insert_nodes = insert_then_die
+        import_burr(rw, {str(tmp_path / "burr" / "killed")!r}, pipeline, initial_state={{"n": 0}})
+    """)
+    done = subprocess.run([sys.executable, "-c", child], cwd=root, capture_output=True, text=True,
+                          env=dict(os.environ, PYTHONPATH=root), timeout=120)
+    assert done.returncode == -9, done.stderr[-2000:]
+    with Rewind(store_url) as rw:
+        pipeline = rw.register(Pipeline("killed", slow_graph(), "a"))
+        cut = rw.list_runs()
+        assert len(cut) == 1 and cut[0].status == "interrupted" and 0 < cut[0].step_count < 4
+        report = import_burr(rw, str(tmp_path / "burr" / "killed"), pipeline, initial_state={"n": 0})
+        run = rw.get_run(report.runs[app.uid])
+        assert run.status == "completed", (run.status, [s.node for s in run.steps], report)
+        assert [s.node for s in run.steps] == ["a", "b", "c", "d"]
+        assert rw.state_at(run.steps[-1])["n"] == 4
+        assert import_burr(rw, str(tmp_path / "burr" / "killed"), pipeline).skipped  # whole now

@@ -23,7 +23,7 @@ import json
 import os
 from typing import Any, Optional
 
-from ..errors import InvalidRequest, NotFound, RewindError
+from ..errors import CommitError, InvalidRequest, NotFound, RewindError
 from ..hashing import is_internal_key, sha256_hex
 from ..models import RunStatus, StepStatus
 from ..store import PARTITION_KEY
@@ -146,12 +146,36 @@ def import_burr(rw: Any, directory: str, pipeline: Any, project: Optional[str] =
     for path in _app_dirs(directory, project):
         app_id = os.path.basename(os.path.normpath(path))
         run_id = sha256_hex(f"burr:{os.path.realpath(path)}".encode("utf-8"))[:16]
-        if rw.store.get_run_row(run_id) is not None:
-            report.skipped.append(f"{app_id}: already imported as run {run_id}")
-            report.runs[app_id] = run_id
+        if _already_imported(rw, run_id, app_id, report):
             continue
-        _import_app(rw, pipeline, path, app_id, run_id, initial_state, report)
+        try:
+            _import_app(rw, pipeline, path, app_id, run_id, initial_state, report)
+        except CommitError:
+            if not _already_imported(rw, run_id, app_id, report, meanwhile=True):
+                raise
     return report
+
+
+def _already_imported(rw: Any, run_id: str, app_id: str, report: ImportReport,
+                      meanwhile: bool = False) -> bool:
+    """Is the app's run here, whole? An import a crash cut short (its run `interrupted`, with
+    part of Burr's steps) is removed to be imported again, unless someone forked it since.
+    `meanwhile`: another process imported it while this one tried (it lost the insert)."""
+    store = rw.store
+    row = store.get_run_row(run_id)
+    if row is not None and row["status"] == "interrupted" and not meanwhile \
+            and not store.children(run_id):
+        with store.transaction():
+            store.delete_runs([run_id])
+            store.delete_states_of_apps([run_id])
+        report.not_kept.append(f"{app_id}: an earlier import of it was cut short; imported again")
+        return False
+    if row is None:
+        return False
+    how = "imported meanwhile by another process" if meanwhile else "already imported"
+    report.skipped.append(f"{app_id}: {how} as run {run_id}")
+    report.runs[app_id] = run_id
+    return True
 
 
 def _check_graph(pipeline: Any, app_id: str, graph: dict, steps: list, report: ImportReport) -> set:
