@@ -53,8 +53,10 @@ _EXTENDED = (True, None)
 
 
 def _canon(value: Any, path: str, depth: int, how: tuple) -> Any:
-    if depth > 500:
-        raise UnhashableValue(f"`{path}` is nested more than 500 levels deep; flatten it")
+    if depth > 500:  # (a value that holds itself ends here too: its path repeats)
+        shown = path if len(path) <= 120 else f"{path[:60]}…{path[-40:]}"
+        raise UnhashableValue(f"`{shown}` is nested more than 500 levels deep (a value that "
+                              "holds itself?); flatten it", field=path.split(".")[0])
     if isinstance(value, _PRIMITIVES):
         if isinstance(value, str):
             return value

@@ -302,3 +302,14 @@ def test_summary_of_bad_inputs():
     """Prints how many bad inputs the tests above tried, per backend (run with -s)."""
     per = {b: sum(1 for x, _ in TRIED if x == b) for b in ("sqlite", "postgres")}
     print(f"\n[bad input] refused or handled without a half-written row: {per}")
+
+
+def test_a_value_that_holds_itself_is_refused_in_one_short_line():
+    """The refusal spelled the whole 500-level path (`z.d.d.d…`), one line of over 1,000
+    characters (a stranger's find): it is cut, and says what such a value usually is."""
+    looped: dict = {}
+    looped["d"] = looped
+    with pytest.raises(rewind.UnhashableValue) as e:
+        rewind.canonical_hash({"z": looped}, "two")
+    assert len(str(e.value)) < 300 and "holds itself" in str(e.value)
+    assert e.value.field == "two"
