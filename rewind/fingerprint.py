@@ -335,6 +335,8 @@ class _Walk:
                 blocks = getattr(value, "blocks", None) or {}
                 self.add(f"{unit}.<template>", [_code_text(f) for _, f in sorted(
                     [("", render), *blocks.items()]) if inspect.isfunction(f)])
+            if t.__module__.partition(".")[0] == "jinja2":
+                self.reach_jinja(getattr(value, "environment", value), unit)
             if not made_of_user_code(t):
                 return  # an installed package's object: its version says which code made it
         self.visit_parts(value, unit)
@@ -350,6 +352,23 @@ class _Walk:
             self.visit_class(type(obj))
             for name, attr in attributes(obj):
                 self.reach_value(attr, f"{unit}{suffix}.{name}")
+
+    def reach_jinja(self, env: Any, unit: str) -> None:
+        """What the user put into a jinja2 Environment: filters, tests and globals of their
+        code (and the data they set as globals), a DictLoader's templates."""
+        if id(env) in self.seen or not hasattr(env, "filters"):
+            return
+        self.seen.add(id(env))
+        for kind in ("filters", "tests", "globals"):
+            mapping = getattr(env, kind, None) or {}
+            for name in sorted(mapping, key=str):
+                got = mapping[name]
+                mod = getattr(got, "__module__", None) or ""
+                if not callable(got) or module_kind(mod) == USER:
+                    self.reach_value(got, f"{unit}.<jinja {kind}>.{name}")
+        templates = getattr(getattr(env, "loader", None), "mapping", None)
+        if isinstance(templates, dict):
+            self.reach_value(templates, f"{unit}.<jinja loader>")
 
     def visit_parts(self, value: Any, unit: str) -> None:
         """A value with no canonical encoding, by its parts: a container's items, an object's

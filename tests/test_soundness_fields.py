@@ -158,6 +158,14 @@ CASES = {
         {"cfgmod.py": "from pydantic import BaseModel\nfrom kinds import Shout\nclass M(BaseModel):\n    p: Shout\n",
          "kinds.py": "from typing import Annotated\nfrom pydantic import AfterValidator\nimport helpers\n"
                      "Shout = Annotated[str, AfterValidator(helpers.deco)]\n", **H1}, H2),
+    "a jinja2 filter from another module": (
+        _app('T.render(t=state["topic"])', "from tpl import T"),
+        {"tpl.py": "import jinja2, helpers\nENV = jinja2.Environment()\nENV.filters['deco'] = helpers.deco\n"
+                   "T = ENV.from_string('{{ t | deco }}')\n", **H1}, H2),
+    "a jinja2 DictLoader's template from a constant": (
+        _app('ENV.get_template("p").render(t=state["topic"])', "from tpl import ENV"),
+        {"tpl.py": "import jinja2\nfrom consts import P\nENV = jinja2.Environment(loader=jinja2.DictLoader({'p': P}))\n",
+         "consts.py": "P = 'v1 {{ t }}'\n"}, {"consts.py": "P = 'v2 {{ t }}'\n"}),
     "a ContextVar's default": (
         _app('CV.get() + state["topic"]', "from ctx import CV"),
         {"ctx.py": "import contextvars\nCV = contextvars.ContextVar('p', default='v1 ')\n"},
