@@ -36,28 +36,28 @@ def code_key(value: Any) -> Any:
 def object_key(value: Any) -> Optional[str]:
     """How an object of user code (or Burr's) given as a param is keyed: by its class's code
     and its attributes, walked as a global holding it would be; None for any other object."""
-    t, busy = type(value), _ACTIVE.__dict__.setdefault("objects", set())
-    if id(value) in busy or not (module_kind(t.__module__ or "") == USER or made_of_user_code(t)):
-        return None  # (an object met again inside its own walk: known by its type there)
-    busy.add(id(value))
-    try:
-        walk = _Walk()
-        walk.reach_value(value, "param")
-        return hashing.canonical_hash(walk.reach)
-    finally:
-        busy.discard(id(value))
+    t = type(value)
+    if not (module_kind(t.__module__ or "") == USER or made_of_user_code(t)):
+        return None
+    return _walked(value, lambda walk: walk.reach_value(value, "param"))
 
 
 def user_code_key(value: Any) -> Optional[str]:
     """The code of the user's classes inside a value its fields spell (a dataclass, a pydantic
     model, a dict subclass) and what their instances hold besides: None when there are none."""
+    return _walked(value, lambda walk: walk.reach_user_objects(value, "param"))
+
+
+def _walked(value: Any, visit: Any) -> Optional[str]:
+    """The digest of what `visit` finds on a fresh walk; None when it finds nothing, or when
+    `value` is met again inside its own walk (it is known by its type there)."""
     busy = _ACTIVE.__dict__.setdefault("objects", set())
     if id(value) in busy:
         return None
     busy.add(id(value))
     try:
         walk = _Walk()
-        walk.reach_user_objects(value, "param")
+        visit(walk)
         return hashing.canonical_hash(walk.reach) if walk.reach else None
     finally:
         busy.discard(id(value))

@@ -128,15 +128,13 @@ def finalize(ctx: ExecutionContext, fields: dict) -> None:
     try:
         ctx.commit(lambda s: s.update_run(ctx.run_id, **fields))
     except CommitError:
+        error = fields.get("error") or "its last steps could not be written"
         try:
             with ctx.store.transaction():
-                ctx.store.mark_interrupted(
-                    ctx.run_id, fields.get("error") or "its last steps could not be written",
-                    fields["finished_at"])
+                ctx.store.mark_interrupted(ctx.run_id, error, fields["finished_at"])
         except Exception:  # this process marks it when the database is back
             ctx.store.reset_connection()
-            ctx.store.note_unfinished(ctx.run_id, fields.get("error") or
-                                      "its last steps could not be written", fields["finished_at"])
+            ctx.store.note_unfinished(ctx.run_id, error, fields["finished_at"])
         raise
 
 
