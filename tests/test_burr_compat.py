@@ -266,6 +266,31 @@ def test_hook_set_is_the_set_a_built_application_calls():
     assert tracer_factory_context_var.get(None) is before
 
 
+
+def test_own_hooks_knows_the_set_of_only_rewinds_hooks():
+    """`own_hooks` names (recorder, persister hook) only for exactly the set an execution's
+    application is built with and no other hook: a user's hook keeps every hook firing."""
+    from burr.core.persistence import InMemoryPersister
+    from burr.lifecycle import PostRunStepHook, PreRunStepHook
+
+    class Recorder(PostRunStepHook):
+        def post_run_step(self, **kwargs):
+            pass
+
+    class Users(PreRunStepHook):
+        def pre_run_step(self, **kwargs):
+            pass
+
+    recorder, persister = Recorder(), InMemoryPersister()
+    graph = GraphBuilder().with_actions(bump=bump).with_transitions(("bump", "bump")).build()
+    app = (ApplicationBuilder().with_graph(graph).with_entrypoint("bump").with_state(n=0)
+           .with_hooks(recorder).with_state_persister(persister).build())
+    for adapters in (burr_compat.adapter_set(app), burr_compat.hook_set([recorder], persister)):
+        got = burr_compat.own_hooks(adapters, Recorder)
+        assert got is not None and got[0] is recorder and got[1].persister is persister
+    assert burr_compat.own_hooks(burr_compat.hook_set([recorder, Users()], persister), Recorder) is None
+    assert burr_compat.own_hooks(burr_compat.hook_set([Users()], persister), Recorder) is None
+
 def test_a_laid_out_hook_set_is_what_burr_builds_for_the_same_adapters():
     """`hook_set` lays Burr's hook tables out once per adapter classes, then fills them with
     the new instances without Burr's MRO walk: every later set must hold exactly what

@@ -113,6 +113,21 @@ def test_served_visits_write_and_call_what_burrs_steps_do(tmp_path, monkeypatch,
         assert a[4], f"{name}, {label}: the spy heard nothing"
 
 
+
+@pytest.mark.parametrize("name", list(APPS))
+def test_served_visits_with_only_rewinds_hooks_write_what_burrs_steps_do(tmp_path, monkeypatch,
+                                                                         name):
+    """With no hook but Rewind's own, a served visit calls only the two that record it (the
+    step recorder and Burr's persister hook, `burr_compat.own_hooks`): the rows and Burr states
+    it writes are still exactly those of Burr's own step."""
+    with Rewind(str(tmp_path / "served.db")) as rw:
+        served = [f[:4] for f in forks(rw, name, {})]
+    burr_steps_everything(monkeypatch)
+    with Rewind(str(tmp_path / "stepped.db")) as rw:
+        stepped = [f[:4] for f in forks(rw, name, {})]
+    assert served == stepped
+    assert any(row[3] == "cached" for f in served for row in f[3]), "no visit was served"
+
 def test_a_served_fork_builds_no_burr_application(tmp_path, monkeypatch):
     """The point of it: a fork served wholly from the cache never builds or steps Burr."""
     app = APPS["collatz"]()

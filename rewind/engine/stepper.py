@@ -61,6 +61,7 @@ class Stepper:
         self._persister = persister
         self._hooks: Any = None
         self._table: tuple = ()  # the hooks() set's adapters by hook, in `_fire`'s order
+        self._own: Optional[tuple] = None  # (recorder, persister hook) of a set of only ours
 
     @property
     def state(self) -> Any:
@@ -123,6 +124,7 @@ class Stepper:
             table = burr_compat.sync_hooks(self._hooks)  # {hook name: adapters}, as Burr calls them
             self._table = tuple(table.get(name, ()) for name in (
                 "pre_run_execute_call", "pre_run_step", "post_run_step", "post_run_execute_call"))
+            self._own = burr_compat.own_hooks(self._hooks, StepRecorder)
         return self._hooks
 
     def _fire(self, action: Any, current: Any, before: Any, inputs: dict, after: Any,
@@ -130,9 +132,15 @@ class Stepper:
         """The hooks of one step, as `Application.step` calls them: `current` is the state
         before the step, `before` the one the action is handed (its sequence id advanced)."""
         adapters = self.hooks()
-        pre_call, pre_step, post_step, post_call = self._table
         app_id, step = self.ctx.run_id, ExecuteMethod.step
         sequence_id = burr_compat.state_values(before)[burr_compat.SEQUENCE_ID]
+        if self._own is not None:  # only Rewind's own hooks: the two that record the step
+            for hook in self._own:
+                hook.post_run_step(action=action, state=after, result=result,
+                                   sequence_id=sequence_id, exception=exception, app_id=app_id,
+                                   partition_key=PARTITION_KEY)
+            return
+        pre_call, pre_step, post_step, post_call = self._table
         inputs = burr_compat.injected_inputs(self.app, action, inputs, sequence_id, app_id,
                                              PARTITION_KEY, self._persister, adapters)
         for hook in pre_call:
