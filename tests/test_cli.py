@@ -126,6 +126,32 @@ def test_runs_lists_the_demo_run(demo):
     assert p.returncode == 0 and p.stdout.strip() == "no runs"
 
 
+
+RUN_ID_ONLY = re.compile(r"^[0-9a-f]{16}\s")
+
+
+def test_runs_saved_column_is_the_saved_show_prints(tmp_path):
+    """`runs` and `show` spell "saved" the same way (rewind.costs): for a fork, the cost of
+    the steps it inherited counts, as on the dashboard, not only its own cache hits."""
+    cli = Cli(tmp_path)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("REWIND_OUTBOX", str(tmp_path / "outbox"))
+        run_id = RUN_ID.search(cli("demo").stdout).group(1)
+    with Rewind(str(cli.db)) as rw:
+        fork = rw.fork(run_id, at="critique", params={"temperature": 0.1})
+        run = rw.get_run(run_id)
+        want = {run_id: rw.get_run(run_id).saved, fork.id: rw.get_run(fork.id).saved}
+    assert want[fork.id] > 0 and run.total_tokens > 0
+    p = cli("runs")
+    assert p.returncode == 0, p.stderr
+    header = p.stdout.splitlines()[0].split()
+    at = header.index("saved")
+    rows = [line.split() for line in p.stdout.splitlines()[1:] if RUN_ID_ONLY.match(line)]
+    got = {row[0]: int(row[at].replace(",", "")) for row in rows}
+    assert got == want
+    shown = cli("show", fork.id).stdout
+    assert f"{want[fork.id]} saved" in shown, shown
+
 def test_show_prints_the_steps_and_json(demo):
     cli, run_id, _ = demo
     p = cli("show", run_id)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 from typing import Any, Callable, Optional
 
-from ..errors import InvalidRequest
+from ..errors import InvalidRequest, RewindError
 from ..models import RUN_STATUSES
 from .inputs import parse_state
 from .output import (
@@ -99,10 +99,22 @@ def cmd_run(args, out) -> int:
         return finish_run(run, out)
 
 
+
+def _saved(rw, row_run) -> int:
+    """A listed run's saved tokens (rewind.costs), or its row's own cache savings when its
+    steps cannot be read (a damaged run is still listed)."""
+    try:
+        return rw.get_run(row_run.id).saved
+    except RewindError:
+        return row_run.tokens_saved
+
 def cmd_runs(args, out) -> int:
     with open_rewind(args) as rw:
         runs = rw.list_runs(pipeline=args.pipeline, status=args.status, search=args.search,
                             limit=args.limit, offset=args.offset, forks_only=args.forks)
+        # "saved" as rewind.costs defines it (what `show` prints): a fork's inherited steps
+        # count, and their costs are in its steps, not its row
+        saved = {} if args.json else {r.id: _saved(rw, r) for r in runs if r.parent_id}
     if args.json:
         print(dumps([run_to_json(r) for r in runs]), file=out)
         return EXIT_OK
@@ -112,7 +124,8 @@ def cmd_runs(args, out) -> int:
     rows = []
     for r in runs:
         fork = f"{r.parent_id}@{r.fork_node}" if r.parent_id else ""
-        rows.append((r.id, r.pipeline, r.status, r.step_count, r.total_tokens, r.tokens_saved,
+        rows.append((r.id, r.pipeline, r.status, r.step_count, r.total_tokens,
+                     saved.get(r.id, r.tokens_saved),
                      fmt_ms(r.latency_ms), fmt_ts(r.created_at), fork, cut(r.summary, 40)))
     print(table(("id", "pipeline", "status", "steps", "tokens", "saved", "latency", "created",
                  "fork of", "summary"), rows, right=(3, 4, 5, 6)), file=out)
