@@ -4,13 +4,16 @@ kept in a constant.
 
 `track_reads(root)` patches `open` (builtins, io, tokenize's for linecache), `os.open`,
 `pathlib.Path.read_text/read_bytes`, importlib's `FileLoader.get_data` (pkgutil.get_data) and
-`os.listdir/scandir` (glob, Path.iterdir) once per process; the patches record only on a
-thread inside `track_reads`, so other threads pay one thread-local lookup. Recorded: files
-opened for reading ("r", "r+", "a+"; not "w", "x" or "a") and directories listed, under
+`os.listdir/scandir` (glob, Path.iterdir) and `os.stat` (`os.path.exists/isfile/isdir/getsize`,
+`Path.exists/is_file/is_dir/stat`) once per process; the patches record only on a thread
+inside `track_reads`, so other threads pay one thread-local lookup. Recorded: files opened for
+reading ("r", "r+", "a+"; not "w", "x" or "a"), directories listed and paths stat'ed, under
 `root` (the working directory by default), outside installed packages, as {path relative to
 root, "/"-separated: sha256 of the content (of a directory: of its entry names), "" for a
-missing file}. Not followed: threads the step starts itself, `io.FileIO` opened directly,
-and reads made inside C libraries (a local SQLite database file).
+missing file, and for a path only stat'ed what a stat tells (`CHECKED`: a folder, or a file's
+size)}. Not followed: threads the step starts itself, `io.FileIO` opened directly, reads made
+inside C libraries (a local SQLite database file), and the times, permissions and links a stat
+or `os.lstat`/`os.access` report.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ import importlib._bootstrap_external
 import io
 import os
 import pathlib
+import stat
 import sys
 import threading
 import time
@@ -35,10 +39,17 @@ _ORIG_OPEN = builtins.open
 _ORIG_READ_TEXT = pathlib.Path.read_text
 _ORIG_READ_BYTES = pathlib.Path.read_bytes
 _ORIG_OS_OPEN, _ORIG_LISTDIR, _ORIG_SCANDIR = os.open, os.listdir, os.scandir
+_ORIG_STAT = os.stat
 _ORIG_GET_DATA = importlib._bootstrap_external.FileLoader.get_data
 _SITE_PARTS = ("site-packages", "dist-packages", "__pycache__")
 
 MISSING = ""  # the hash recorded for a file the step tried to read and did not find
+# recorded for a path the step only checked (`os.stat`: exists, isfile, isdir, getsize): its
+# type and a file's size, what those tell. Not a folder's names (an artifact written into a
+# folder checked by `makedirs(exist_ok=True)` is no change), nor a file's bytes (a large file
+# checked for existence is not read).
+CHECKED = "stat:"
+CHECKED_DIR = CHECKED + "dir"
 
 
 class Reads:
@@ -57,7 +68,10 @@ class Reads:
             self._real = os.path.realpath(self._root)
         return self._real
 
-    def note(self, file) -> None:
+    def note(self, file, checked: bool = False) -> None:
+        """Record `file` as read (its content, a folder's names), or as only `checked` (its
+        existence, type and size: `os.stat`), by its content hash; a folder only checked, by
+        `CHECKED_DIR`."""
         try:
             path = os.fspath(file)
         except TypeError:
@@ -70,9 +84,12 @@ class Reads:
         rel = _relative(opened, os.path.abspath(self._root))
         if rel is None:
             rel = _relative(os.path.realpath(opened), self.root)
-        if rel is None or rel in self.files:
+        if rel is None:
             return
-        self.files[rel] = file_hash(opened)
+        known = self.files.get(rel)
+        if known is not None and (checked or not known.startswith(CHECKED)):
+            return  # checked, then read or listed: its bytes or names count from now on
+        self.files[rel] = checked_hash(opened) if checked else file_hash(opened)
 
 
 def _relative(real: str, root: str) -> Optional[str]:
@@ -90,7 +107,7 @@ def file_hash(path: str) -> str:
     glob saw); `MISSING` when it does not exist or cannot be read."""
     try:
         h = hashlib.sha256()
-        if os.path.isdir(path):
+        if _is_dir(path):
             h.update(b"dir\0" + "\0".join(sorted(_ORIG_LISTDIR(path))).encode("utf-8", "surrogateescape"))
             return h.hexdigest()
         with _ORIG_OPEN(path, "rb") as f:
@@ -101,17 +118,38 @@ def file_hash(path: str) -> str:
         return MISSING
 
 
+def _is_dir(path: str) -> bool:
+    try:
+        return stat.S_ISDIR(_ORIG_STAT(path).st_mode)
+    except (OSError, ValueError):
+        return False
+
+
+def checked_hash(path: str) -> str:
+    """What a step that stat'ed `path` learnt (see `CHECKED`): `MISSING`, `CHECKED_DIR`, or a
+    file's size."""
+    try:
+        st = _ORIG_STAT(path)
+    except (OSError, ValueError):
+        return MISSING
+    return CHECKED_DIR if stat.S_ISDIR(st.st_mode) else f"{CHECKED}file:{st.st_size}"
+
+
 def _reading(mode) -> bool:
     # "r", "r+" and "a+" read what is there; "w", "w+", "x" and "a" do not
     return isinstance(mode, str) and not any(c in mode for c in "wx") and (
         "r" in mode or "+" in mode)
 
 
-def _record(file) -> None:
+def _record(file, checked: bool = False) -> None:
     stack = getattr(_LOCAL, "stack", None)
-    if stack:
-        for reads in stack:
-            reads.note(file)
+    if stack and not getattr(_LOCAL, "noting", False):
+        _LOCAL.noting = True  # noting resolves paths (`realpath` stats): not a read of the step's
+        try:
+            for reads in stack:
+                reads.note(file, checked)
+        finally:
+            _LOCAL.noting = False
 
 
 def _open(file, mode="r", *args, **kwargs):
@@ -154,6 +192,22 @@ def _listing(original):
     return listing
 
 
+def _discovering(frame, depth: int = 4) -> bool:
+    """A stat made for `importlib.metadata` (through os.path or pathlib, a few frames up)."""
+    while frame is not None and depth:
+        if frame.f_globals.get("__name__") in _DISCOVERY:
+            return True
+        frame, depth = frame.f_back, depth - 1
+    return False
+
+
+def _stat(path, *args, dir_fd=None, **kwargs):  # os.stat: exists, isfile, isdir, getsize, Path's
+    if getattr(_LOCAL, "stack", None) and dir_fd is None and not isinstance(path, int) and \
+            not _discovering(sys._getframe(1)):
+        _record(path, checked=True)
+    return _ORIG_STAT(path, *args, dir_fd=dir_fd, **kwargs)
+
+
 def _get_data(self, path):  # importlib's loaders: pkgutil.get_data, importlib.resources
     if getattr(_LOCAL, "stack", None):
         _record(path)
@@ -172,6 +226,7 @@ def _install() -> None:
         pathlib.Path.read_bytes = _read_bytes
         os.open = _os_open
         os.listdir, os.scandir = _listing(_ORIG_LISTDIR), _listing(_ORIG_SCANDIR)
+        os.stat = _stat
         accessor = getattr(pathlib, "_NormalAccessor", None)  # 3.11 binds os's functions there
         if accessor is not None:
             accessor.listdir, accessor.scandir = os.listdir, os.scandir
@@ -208,7 +263,7 @@ _STAT_CACHE: dict = {}
 
 def current_hash(path: str) -> str:
     try:
-        st = os.stat(path)
+        st = _ORIG_STAT(path)
     except OSError:
         _STAT_CACHE.pop(path, None)
         return MISSING
@@ -225,10 +280,13 @@ def changed(files: dict, root: Optional[str] = None) -> list:
     """The recorded files (from `Reads.files`) whose content is no longer what was recorded,
     a deleted or newly created file included, sorted: empty when a hit may be served."""
     base = os.path.realpath(root or os.getcwd())
-    return sorted(
-        rel for rel, h in (files or {}).items()
-        if current_hash(os.path.join(base, *rel.split("/"))) != h
-    )
+    out = []
+    for rel, h in (files or {}).items():
+        path = os.path.join(base, *rel.split("/"))
+        now = checked_hash(path) if h.startswith(CHECKED) else current_hash(path)
+        if now != h:
+            out.append(rel)
+    return sorted(out)
 
 
 # Installed when Rewind is imported, not at the first step: a module imported after it that
