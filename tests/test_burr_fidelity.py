@@ -266,3 +266,45 @@ def test_a_class_action_that_adds_an_undeclared_field_fails_as_in_burr(rw):
             run = rw.run(rewind.Pipeline(f"undeclared-{field}", graph, "a"), dict(state))
             assert run.status == "completed"
             assert visible(rw.state_at(run.steps[0])) == visible(app.state.get_all()) == {"x": 1, "y": 1, "other": 2}
+
+
+def test_an_action_whose_run_returns_no_dict_fails_as_in_burr(rw):
+    """Burr's `_validate_result` refuses a result that is not a dict (a class action's `run`
+    returning 5, a list, a string, None; an async one too): under Rewind the run fails with
+    Burr's message, not quietly with the value written (a stranger's find)."""
+    class Returns(Action):
+        def __init__(self, value, later=False):
+            super().__init__()
+            self._value, self._later = value, later
+
+        @property
+        def reads(self) -> list:
+            return ["a"]
+
+        @property
+        def writes(self) -> list:
+            return ["b"]
+
+        def run(self, state: State, **run_kwargs):
+            if self._later:  # a coroutine, as an async run returns
+                async def later():
+                    return self._value
+                return later()
+            return self._value
+
+        def update(self, result, state: State) -> State:
+            return state.update(b=result)
+
+    for i, (value, later) in enumerate([(5, False), ([1, 2], False), ("text", False),
+                                        (None, False), (3, True)]):
+        graph = GraphBuilder().with_actions(n=Returns(value, later)).build()
+        if not later:
+            app = ApplicationBuilder().with_graph(graph).with_entrypoint("n").with_state(a=1).build()
+            with pytest.raises(ValueError, match="non-dict result") as burr_error:
+                app.step()
+            want = str(burr_error.value)
+        else:
+            want = "Action n returned a non-dict result: 3. All results must be dictionaries."
+        run = rw.run(rewind.Pipeline(f"nondict-{i}", graph, "n"), {"a": 1})
+        assert run.status == "failed", (value, run.status)
+        assert want in run.error, (want, run.error)

@@ -12,6 +12,7 @@ from burr.core import State
 from burr.core import application as _app
 from burr.core.application import PRIOR_STEP, SEQUENCE_ID  # noqa: F401  (re-exported)
 from burr.core.persistence import PersisterHook
+from burr.core.action import DEFAULT_SCHEMA as _DEFAULT_SCHEMA
 from burr.core.typing import DictBasedTypingSystem
 from burr.lifecycle.internal import LifecycleAdapterSet
 
@@ -202,8 +203,17 @@ def set_sequence_id(app: Any, sequence_id: int) -> None:
 
 
 def adjust_single_step_output(output: Any, action: Any) -> tuple:
-    """(result, state) from what a single-step action returned, validated as Burr does."""
-    return _app._adjust_single_step_output(output, action.name, getattr(action, "schema", None))
+    """(result, state) from what a single-step action returned, validated as Burr does
+    (`_run_single_step_action`: its shape, then its result's type)."""
+    schema = getattr(action, "schema", None)
+    result, state = _app._adjust_single_step_output(output, action.name, schema)
+    _app._validate_result(result, action.name, schema or _DEFAULT_SCHEMA)
+    return result, state
+
+
+def validate_result(result: Any, action: Any) -> None:
+    """Burr's refusal of a class action's `run` result that is not a dict (`_run_function`)."""
+    _app._validate_result(result, action.name)
 
 
 def remap_dunder_inputs(action: Any, inputs: dict) -> dict:

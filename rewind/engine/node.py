@@ -180,6 +180,7 @@ def call_action(runner: Any, view: State, run_kwargs: dict, state: Any = None) -
         return burr_compat.adjust_single_step_output(out, runner)
     kwargs = burr_compat.remap_dunder_inputs(runner, run_kwargs)
     result = _settle(runner.run(view, **kwargs))
+    burr_compat.validate_result(result, runner)
     new_state = _settle(runner.update(result, view))
     if isinstance(new_state, State):
         extra = set(new_state.keys()) - set(view.keys()) - set(runner.writes)
