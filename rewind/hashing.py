@@ -9,10 +9,12 @@ the path of the offending field, never hashed as `str(obj)`.
 from __future__ import annotations
 
 import base64
+import collections
 import dataclasses
 import datetime
 import decimal
 import enum
+import fractions
 import hashlib
 import json
 import math
@@ -94,8 +96,18 @@ def _canon(value: Any, path: str, depth: int, how: tuple) -> Any:
                 raise UnhashableValue(f"`{path}` has two keys that both spell {sk!r}")
             out[sk] = _canon(v, _path(path, sk), depth + 1, how)
         return out
-    if isinstance(value, (list, tuple)):
+    if isinstance(value, (list, tuple, collections.deque)):
         return [_canon(v, f"{path}[{i}]", depth + 1, how) for i, v in enumerate(value)]
+    if isinstance(value, complex):
+        if not (math.isfinite(value.real) and math.isfinite(value.imag)):
+            raise UnhashableValue(f"`{path}` is {value!r}, which has no canonical JSON encoding; "
+                                  "use None or a string")
+        return {"__complex__": [_canon(value.real, path, depth + 1, how),
+                                _canon(value.imag, path, depth + 1, how)]}
+    if isinstance(value, fractions.Fraction):
+        return {"__fraction__": [value.numerator, value.denominator]}
+    if isinstance(value, range):
+        return {"__range__": [value.start, value.stop, value.step]}
     if isinstance(value, (set, frozenset)):
         items = [_canon(v, f"{path}{{}}", depth + 1, how) for v in value]
         return sorted(items, key=lambda x: _ENCODER.encode(x))

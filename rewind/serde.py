@@ -4,7 +4,8 @@ real execution would, and a value's recomputed hash matches the one recorded for
 
 Plain JSON data (dicts with str keys, lists, str, int, float, bool, None) is stored as JSON.
 Everything else is a tagged object `{"__rw__": tag, ...}`: Decimal, datetime/date/time,
-timedelta, bytes, set, frozenset, tuple, namedtuple, UUID, Enum, Path, dataclasses, pydantic
+timedelta, bytes, set, frozenset, tuple, namedtuple, Counter, OrderedDict, defaultdict, deque,
+complex, Fraction, range, UUID, Enum, Path, dataclasses, pydantic
 models, numpy arrays (dtype and shape) and scalars, pandas DataFrames and Series, dicts with
 keys JSON cannot spell. Users' own types: `register_type(cls, encode, decode)`; types
 registered with Burr's serde (`burr.core.serde.serialize.register` plus a
@@ -18,10 +19,12 @@ pydantic serde does: the database is trusted like the code.
 from __future__ import annotations
 
 import base64
+import collections
 import dataclasses
 import datetime
 import decimal
 import enum
+import fractions
 import hashlib
 import importlib
 import io
@@ -85,6 +88,20 @@ def _ref(cls: type) -> str:
     return ref
 
 
+_DICTS = {collections.Counter: "counter", collections.OrderedDict: "odict",
+          collections.defaultdict: "defaultdict"}
+
+
+def _factory_ref(factory: Any, path: str) -> str:
+    """A defaultdict's default_factory by name: a type or a module-level function."""
+    qualname = getattr(factory, "__qualname__", "")
+    if not getattr(factory, "__module__", None) or not qualname or "<" in qualname:
+        raise UnhashableValue(
+            f"`{path}` is a defaultdict whose default_factory ({factory!r}) has no importable "
+            "name; use a type (list, int) or a function defined at module level")
+    return _ref(factory)
+
+
 def _resolve(ref: str) -> type:
     got = _CLASSES.get(ref)
     if got is not None:
@@ -145,8 +162,27 @@ def _enc(value: Any, path: str, depth: int) -> Any:
             [_enc(k, f"{path}<key>", depth + 1), _enc(v, f"{path}.{k}", depth + 1)]
             for k, v in value.items()
         ]}
+    if t in _DICTS:  # collections' dicts: their pairs in order, a defaultdict's factory
+        out = {_TAG: _DICTS[t], "v": [[_enc(k, f"{path}<key>", depth + 1), _enc(v, f"{path}.{k}", depth + 1)]
+                                      for k, v in value.items()]}
+        if t is collections.defaultdict and value.default_factory is not None:
+            out["factory"] = _factory_ref(value.default_factory, path)
+        return out
     if t is list:
         return [_enc(v, f"{path}[{i}]", depth + 1) for i, v in enumerate(value)]
+    if t is collections.deque:
+        out = {_TAG: "deque", "v": [_enc(v, f"{path}[{i}]", depth + 1) for i, v in enumerate(value)]}
+        if value.maxlen is not None:
+            out["maxlen"] = value.maxlen
+        return out
+    if t is complex:
+        if not (math.isfinite(value.real) and math.isfinite(value.imag)):
+            raise UnhashableValue(f"`{path}` is {value!r}, which Rewind cannot store; use None")
+        return {_TAG: "complex", "v": [value.real, value.imag]}
+    if t is fractions.Fraction:
+        return {_TAG: "fraction", "v": [value.numerator, value.denominator]}
+    if t is range:
+        return {_TAG: "range", "v": [value.start, value.stop, value.step]}
     if t is tuple:
         return {_TAG: "tuple", "v": [_enc(v, f"{path}[{i}]", depth + 1) for i, v in enumerate(value)]}
     if isinstance(value, enum.Enum):
@@ -381,6 +417,14 @@ _DECODERS: dict = {
     "dataframe": _dec_pandas,
     "series": _dec_pandas,
     "user": _dec_user,
+    "counter": lambda o: collections.Counter(dict(o["v"])),
+    "odict": lambda o: collections.OrderedDict(o["v"]),
+    "defaultdict": lambda o: collections.defaultdict(
+        _resolve(o["factory"]) if "factory" in o else None, o["v"]),
+    "deque": lambda o: collections.deque(o["v"], o.get("maxlen")),
+    "complex": lambda o: complex(*o["v"]),
+    "fraction": lambda o: fractions.Fraction(*o["v"]),
+    "range": lambda o: range(*o["v"]),
     "burr": lambda o: burr_serde.deserialize(o["v"]),
 }
 

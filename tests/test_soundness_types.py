@@ -10,6 +10,7 @@ import dataclasses
 import datetime
 import decimal
 import enum
+import fractions
 import json
 import pathlib
 import uuid
@@ -103,6 +104,13 @@ def expected() -> dict:
         "tuple_keys": {(1, 2): "pair"},
         "nested": [{"when": datetime.date(1999, 12, 31), "amount": decimal.Decimal("0.10")}],
         "user_type": Money(250),
+        "counter": collections.Counter({"word": 3, 7: 1}),
+        "ordered_dict": collections.OrderedDict([("z", 1), ("a", [2])]),
+        "default_dict": collections.defaultdict(list, {"k": [1]}),
+        "deque": collections.deque([1, (2, "x")], maxlen=5),
+        "complex": complex(1.5, -2),
+        "fraction": fractions.Fraction(1, 3),
+        "range": range(2, 11, 3),
     }
 
 
@@ -116,10 +124,14 @@ def same(a, b) -> bool:
         return a.dtype == b.dtype and a.shape == b.shape and bool((a == b).all())
     if isinstance(a, np.generic):
         return a.dtype == b.dtype and a == b
+    if isinstance(a, (collections.defaultdict, collections.deque)) and (
+            getattr(a, "default_factory", None) is not getattr(b, "default_factory", None)
+            or getattr(a, "maxlen", None) != getattr(b, "maxlen", None)):
+        return False
     if isinstance(a, dict):
         return list(a) == list(b) and all(same(k1, k2) for k1, k2 in zip(a, b)) and all(
             same(a[k], b[k]) for k in a)
-    if isinstance(a, (list, tuple)):
+    if isinstance(a, (list, tuple, collections.deque)):
         return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
     if isinstance(a, (set, frozenset)):
         return a == b and all(type(x) in {type(y) for y in b} for x in a)
