@@ -24,7 +24,27 @@ from ..hashing import (
     param_hash, sha256_hex, strip_ignored, to_canonical,
 )
 from ..objectparts import user_objects
+from ..serde import blob_ref, encode
 from .burr_compat import state_values
+
+# values whose canonical JSON already tells their form apart from every twin's: no `form:` part
+_ONE_FORM = (str, int, bool, type(None))
+
+
+def value_form(value: Any, path: str, ref: Optional[str] = None) -> Optional[str]:
+    """The `form:` key part of a value: the address of its type-preserving encoding (`ref`, when
+    the value is stored under it), which tells apart what canonical JSON spells alike (1 and
+    1.0, a list and a tuple, another key order, Decimal('1.0') and Decimal('1.00')). None for a
+    value with one form (str, int, bool, None) or one that cannot be stored (a client object,
+    keyed by `param_hash` alone)."""
+    if type(value) in _ONE_FORM:
+        return None
+    if ref is not None:
+        return ref
+    try:
+        return blob_ref(encode(value, path))
+    except Exception:
+        return None
 
 
 def code_of(inner: Any) -> Any:
@@ -113,12 +133,14 @@ class NodeSpec:
         return out
 
     def field_hashes(self, readable: dict, known: Optional[dict] = None,
-                     run_kwargs: Optional[dict] = None, classes: Optional[dict] = None) -> dict:
+                     run_kwargs: Optional[dict] = None, classes: Optional[dict] = None,
+                     refs: Optional[dict] = None) -> dict:
         """Per-field hashes of a visit: `code`, `read:<field>` (reads), `prior:<field>` (writes
         the node does not declare as reads), `class:<type>` (the code of a user class a value
-        holds), `param:<name>`, `input:<name>` (runtime inputs). `known` maps fields to
+        holds), `param:<name>`, `input:<name>` (runtime inputs), and `form:<name>` beside a
+        field, param or input whose value has twins (`value_form`). `known` maps fields to
         hashes already computed for exactly these values; `classes` remembers, per field,
-        which user classes its live value holds."""
+        which user classes its live value holds; `refs` are the fields' stored addresses."""
         ignore = self.policy.ignore
         reads = set(self.inner.reads)
         out = {"code": self.code}
@@ -128,16 +150,23 @@ class NodeSpec:
             if ignore and k in ignore:
                 continue
             h = None if ignore or known is None else known.get(k)
+            stripped = ignore and any(n.startswith(k + ".") for n in ignore)
             if h is None:
-                if ignore:
+                if stripped:
                     v = strip_ignored(v, [n.split(".", 1)[1] if n.startswith(k + ".") else n
                                           for n in ignore])
                 h = canonical_hash(v, k)
             out[("read:" if k in reads else "prior:") + k] = h
+            form = None if stripped else value_form(v, k, refs.get(k) if refs else None)
+            if form is not None:
+                out["form:" + k] = form
         out.update(self.param_hashes)
         for k, v in (run_kwargs or {}).items():
             if not is_internal_key(k):  # Burr-injected (__context, __tracer): never hashed
                 out[f"input:{k}"] = param_hash(v, f"{self.node}.{k}")
+                form = value_form(v, f"{self.node}.{k}")
+                if form is not None:
+                    out[f"form:input:{k}"] = form
         return out
 
     def input_hash(self, field_hashes: dict) -> str:
@@ -190,9 +219,20 @@ def node_spec(node: str, inner: Any, overrides: Optional[dict] = None,
     return NodeSpec(
         node=node, inner=inner, policy=policy, params=params, runner=runner,
         code=code_fingerprint(fn, policy.version), units=describe_fingerprint(fn, policy.version),
-        param_hashes={f"param:{k}": param_hash(v, f"{node}.{k}") for k, v in params.items()},
+        param_hashes=param_key_parts(node, params),
         params_json=doc_json, params_doc=json.loads(doc_json),
     )
+
+
+def param_key_parts(node: str, params: dict) -> dict:
+    """`param:<name>` (and `form:param:<name>` for a value with twins) of a node's params."""
+    out = {}
+    for k, v in params.items():
+        out[f"param:{k}"] = param_hash(v, f"{node}.{k}")
+        form = value_form(v, f"{node}.{k}")
+        if form is not None:
+            out[f"form:param:{k}"] = form
+    return out
 
 
 def with_params(inner: Any, overrides: dict) -> Any:
@@ -230,6 +270,10 @@ def recorded_overrides(inner: Any, params: dict) -> dict:
 _LAYERS = (("read:", "{} changed"), ("prior:", "prior value of {} changed"),
            ("param:", "param {} changed"), ("input:", "input {} changed"),
            ("class:", "the code of class {} changed"))
+# a value that kept its canonical hash but not its form (1 -> 1.0, another key order)
+_FORMS = (("form:param:", "param:", "param {} changed form (its types or key order)"),
+          ("form:input:", "input:", "input {} changed form (its types or key order)"),
+          ("form:", None, "{} changed form (its types or key order)"))
 
 
 def changed_fields(before: dict, now: dict, units_before: Optional[dict] = None,
@@ -237,9 +281,23 @@ def changed_fields(before: dict, now: dict, units_before: Optional[dict] = None,
     """Human phrases naming what differs between two visits' field hashes (and, when both
     visits' code units are known, which unit of code changed)."""
     parts = []
+    keys = set(before) | set(now)
     for prefix, phrase in _LAYERS:
-        names = sorted(k[len(prefix):] for k in set(before) | set(now)
+        names = sorted(k[len(prefix):] for k in keys
                        if k.startswith(prefix) and before.get(k) != now.get(k))
+        if names:
+            parts.append(phrase.format(", ".join(f"`{n}`" for n in names)))
+    for prefix, hashed, phrase in _FORMS:
+        names = []
+        for k in sorted(keys):
+            if not k.startswith(prefix) or before.get(k) == now.get(k):
+                continue
+            name = k[len(prefix):]
+            if hashed is None and name.startswith(("param:", "input:")):
+                continue  # the layers above name those
+            twins = [hashed + name] if hashed else ["read:" + name, "prior:" + name]
+            if all(before.get(t) == now.get(t) for t in twins):  # else named as changed above
+                names.append(name)
         if names:
             parts.append(phrase.format(", ".join(f"`{n}`" for n in names)))
     if before.get("code") != now.get("code"):

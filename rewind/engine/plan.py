@@ -136,7 +136,8 @@ def _verdict(store: Any, spec: Any, step: Any, is_fork_node: bool, edit: dict,
             runtime = {**step.runtime_inputs, **(inputs or {})}
         except Exception as e:  # recorded values purged: it must run again
             return RERUN, f"its recorded inputs are unavailable ({e})"
-        fields = spec.field_hashes(readable, None, runtime)
+        refs = {k: r for k, r in (step.input_refs or {}).items() if k not in edit}
+        fields = spec.field_hashes(readable, None, runtime, refs=refs)
         if spec.input_hash(fields) != step.input_hash:
             parts = changed_fields(step.field_hashes or {}, fields, step.units, spec.units)
             return RERUN, "; ".join(parts) or "its inputs changed"

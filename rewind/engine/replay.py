@@ -219,13 +219,15 @@ class ReplayAction(SingleStepAction):
     def _key(self, ctx: ExecutionContext, spec: NodeSpec, state: State, occurrence: int,
              run_kwargs: dict) -> StepRecord:
         readable = spec.readable(state)
-        field_hashes = spec.field_hashes(readable, ctx.state_hashes, run_kwargs, ctx.state_classes)
+        inputs = ctx.refs_of(readable)
+        field_hashes = spec.field_hashes(readable, ctx.state_hashes, run_kwargs, ctx.state_classes,
+                                         inputs)
         runtime = {k: v for k, v in run_kwargs.items() if not k.startswith("__")}
         record = StepRecord(
             node=spec.node, occurrence=occurrence, started_at=time.time(),
             input_hash=spec.input_hash(field_hashes), field_hashes=field_hashes,
             params_doc=spec.params_doc, params_json=spec.params_json, units=spec.units,
-            inputs=ctx.refs_of(readable),
+            inputs=inputs,
             runtime=ctx.blob_refs(runtime, f"{spec.node}.inputs") if runtime else {},
         )
         record.readable = readable

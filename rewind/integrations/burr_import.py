@@ -297,7 +297,8 @@ def _import_app(rw: Any, pipeline: Any, path: str, app_id: str, run_id: str,
             keyed = keyed_start or s is not first
             if keyed:
                 try:
-                    record.field_hashes = spec.field_hashes(readable, None, runtime)
+                    record.field_hashes = spec.field_hashes(readable, None, runtime,
+                                                            refs=record.inputs)
                     record.input_hash = spec.input_hash(record.field_hashes)
                 except RewindError as e:
                     keyed = False
