@@ -68,8 +68,9 @@ def scan(code: types.CodeType) -> tuple:
     """(attribute chains, local imports) of a code object and the code nested in it.
 
     A chain is (kind, name, attrs): `prompts.SYSTEM` is ("g", "prompts", ["SYSTEM"]); kind "d"
-    starts at a closure cell, "l" at a local bound by an import in the function. A local import
-    is (local name, module, level, attr or None)."""
+    starts at a closure cell, "l" at a local bound by an import in the function. A name loaded
+    with no attribute read on it (`p = prompts`, `render(prompts)`) is a chain with no attrs.
+    A local import is (local name, module, level, attr or None)."""
     got = _SCANS.get(code)
     if got is not None:
         return got
@@ -88,7 +89,7 @@ def scan(code: types.CodeType) -> tuple:
             if op in _ATTR_OPS and cur is not None:
                 cur[2].append(ins.argval)
                 continue
-            if cur is not None and cur[2]:
+            if cur is not None:
                 chains.append((cur[0], cur[1], tuple(cur[2])))
             cur = None
             if op in ("LOAD_GLOBAL", "LOAD_NAME"):
@@ -111,7 +112,7 @@ def scan(code: types.CodeType) -> tuple:
                 pending = None if op != "IMPORT_FROM" else pending
             if op == "LOAD_CONST":
                 consts.append(ins.argval)
-        if cur is not None and cur[2]:
+        if cur is not None:
             chains.append((cur[0], cur[1], tuple(cur[2])))
         for const in c.co_consts:
             if isinstance(const, types.CodeType):

@@ -40,8 +40,31 @@ def _classify(name: str) -> str:
     top = name.partition(".")[0]
     if top == "rewind":
         return FRAMEWORK
-    if top in sys.stdlib_module_names or name in sys.builtin_module_names or top == "builtins":
+    if name in sys.builtin_module_names or top == "builtins":
         return STDLIB
+    if top in sys.stdlib_module_names:
+        # by name, unless the file is elsewhere: a project's own `chunk.py` or `statistics.py`
+        # shadows the standard module of that name, and is the user's code (a dotted name
+        # not loaded is not looked for: finding it would import its package)
+        where = _location(name) if name in sys.modules or "." not in name else None
+        if where is None:
+            return STDLIB
+        real = os.path.realpath(where)
+        return USER if not real.startswith(_STDLIB_DIRS) and not any(
+            part in _SITE_PARTS for part in real.split(os.sep)) else STDLIB
+    where = _location(name)
+    if where is None:
+        return USER  # made at run time (exec, types.ModuleType): nothing installed owns it
+    real = os.path.realpath(where)
+    if any(part in _SITE_PARTS for part in real.split(os.sep)):
+        return PACKAGE
+    if real.startswith(_STDLIB_DIRS):
+        return STDLIB
+    return USER
+
+
+def _location(name: str) -> Optional[str]:
+    """The file (or package folder) module `name` is loaded from, or would be imported from."""
     mod = sys.modules.get(name)
     where = getattr(mod, "__file__", None) if mod is not None else None
     if where is None and mod is not None:
@@ -52,14 +75,7 @@ def _classify(name: str) -> str:
         except (ImportError, ValueError):
             spec = None
         where = spec.origin if spec is not None and spec.origin not in (None, "built-in", "frozen") else None
-    if where is None:
-        return USER  # made at run time (exec, types.ModuleType): nothing installed owns it
-    real = os.path.realpath(where)
-    if any(part in _SITE_PARTS for part in real.split(os.sep)):
-        return PACKAGE
-    if real.startswith(_STDLIB_DIRS):
-        return STDLIB
-    return USER
+    return where
 
 
 def distribution_of(module: str) -> tuple:

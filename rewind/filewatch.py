@@ -2,7 +2,8 @@
 cache hit is served, so a prompt kept in a file is as much a part of a node's key as a prompt
 kept in a constant.
 
-`track_reads(root)` patches `open` (builtins, io, tokenize's for linecache), `os.open`,
+`track_reads(root)` patches `open` (builtins, io, tokenize's for linecache), `io.open_code`
+(runpy.run_path), `os.open`,
 `pathlib.Path.read_text/read_bytes`, importlib's `FileLoader.get_data` (pkgutil.get_data) and
 `os.listdir/scandir` (glob, Path.iterdir) and `os.stat` (`os.path.exists/isfile/isdir/getsize`,
 `Path.exists/is_file/is_dir/stat`) once per process; the patches record only on a thread
@@ -40,6 +41,7 @@ _ORIG_READ_TEXT = pathlib.Path.read_text
 _ORIG_READ_BYTES = pathlib.Path.read_bytes
 _ORIG_OS_OPEN, _ORIG_LISTDIR, _ORIG_SCANDIR = os.open, os.listdir, os.scandir
 _ORIG_STAT = os.stat
+_ORIG_OPEN_CODE = io.open_code
 _ORIG_GET_DATA = importlib._bootstrap_external.FileLoader.get_data
 _SITE_PARTS = ("site-packages", "dist-packages", "__pycache__")
 
@@ -158,6 +160,12 @@ def _open(file, mode="r", *args, **kwargs):
     return _ORIG_OPEN(file, mode, *args, **kwargs)
 
 
+def _open_code(path):  # io.open_code: runpy.run_path, a script run by path
+    if getattr(_LOCAL, "stack", None):
+        _record(path)
+    return _ORIG_OPEN_CODE(path)
+
+
 def _read_text(self, *args, **kwargs):
     if getattr(_LOCAL, "stack", None):
         _record(self)
@@ -227,6 +235,7 @@ def _install() -> None:
         os.open = _os_open
         os.listdir, os.scandir = _listing(_ORIG_LISTDIR), _listing(_ORIG_SCANDIR)
         os.stat = _stat
+        io.open_code = _open_code
         accessor = getattr(pathlib, "_NormalAccessor", None)  # 3.11 binds os's functions there
         if accessor is not None:
             accessor.listdir, accessor.scandir = os.listdir, os.scandir

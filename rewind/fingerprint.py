@@ -28,6 +28,7 @@ import typing
 from typing import Any, Callable, Optional
 
 from . import hashing
+from .dynamicreach import module_units
 from .modulereads import module_reads
 from .bytecode import code_text as _code_text, names_used as _names_used
 from .objectparts import (
@@ -134,6 +135,8 @@ class _Walk:
             if not isinstance(code, types.CodeType):
                 continue
             for _name, value, where, unit in self._named(f, code):
+                if isinstance(value, types.ModuleType):
+                    continue  # followed by the chains its code reads (module_reads)
                 if inspect.isfunction(value) and (
                     value.__module__ == getattr(f, "__module__", None) or where[0] == "c"
                 ):
@@ -169,7 +172,8 @@ class _Walk:
             return
         for name, value, where, unit in self._named(f, code):
             self.bindings.append((where, value))
-            self.reach_value(value, unit)
+            if not isinstance(value, types.ModuleType):  # a module: by its chains (module_reads)
+                self.reach_value(value, unit)
         module_reads(self, f, code)
 
     def note_wrappers(self, f: Any) -> None:
@@ -234,6 +238,16 @@ class _Walk:
         if isinstance(fields, dict):
             found = [(n, [f.annotation, *(f.metadata or ())]) for n, f in fields.items()
                      if hasattr(f, "annotation")]
+            for name in sorted(n for n in fields if isinstance(n, str)):
+                # a default (`tone: str = prompts.TONE`) or factory: pydantic keeps them on the
+                # field, not the class, so the members above do not hold them
+                field = fields[name]
+                default = getattr(field, "default", None)
+                if default is not None and type(default).__name__ != "PydanticUndefinedType":
+                    self.reach_value(default, f"{_unit(klass)}.<default {name}>")
+                factory = getattr(field, "default_factory", None)
+                if factory is not None:
+                    self.reach_value(factory, f"{_unit(klass)}.<default_factory {name}>")
         else:
             found = [(n, [a]) for n, a in (members.get("__annotations__") or {}).items()]
         for name, annotations in sorted(found, key=lambda nf: str(nf[0])):
@@ -274,8 +288,15 @@ class _Walk:
     def reach_value(self, value: Any, unit: str) -> None:
         """A value the code names (a global, a closure value, a module attribute)."""
         if isinstance(value, types.ModuleType):
-            if module_kind(value.__name__) == PACKAGE:
+            kind = module_kind(value.__name__)
+            if kind == PACKAGE:
                 self.add_package(value.__name__)
+            elif kind == USER and id(value) not in self.seen:
+                # a user module held as a value (in a dict, a default, an attribute, an alias):
+                # the code that reads it reads it by name elsewhere, so it counts whole
+                self.seen.add(id(value))
+                for part, spelling in module_units(value).items():
+                    self.add(part, spelling)
             return
         if isinstance(value, functools.partial):
             self.reach_value(value.func, unit)

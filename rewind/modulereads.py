@@ -39,7 +39,8 @@ def module_reads(walk: Any, f: Any, code: types.CodeType) -> None:
         if attr is None:
             top = name.partition(".")[0] if "." in name and not level else name
             locals_[local] = sys.modules.get(top, base)
-            walk.reach_value(locals_[local], name)
+            if module_kind(locals_[local].__name__) != USER:  # a user module: by its chains
+                walk.reach_value(locals_[local], name)
             continue
         got = getattr(base, attr, _MISSING)
         if got is _MISSING:
@@ -66,6 +67,9 @@ def module_reads(walk: Any, f: Any, code: types.CodeType) -> None:
         if not isinstance(base, types.ModuleType):
             continue
         named.append(base)
+        if not attrs:  # the module itself goes somewhere (`p = prompts`): what is read from
+            walk.reach_value(base, name)  # it there is not in this code, so all of it counts
+            continue
         obj = base
         for attr in attrs:
             if not isinstance(obj, types.ModuleType):
