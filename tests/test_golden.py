@@ -1,6 +1,9 @@
 """Golden hashes: frozen before the restructure, so a cache written by an earlier version of
 Rewind still hits after code moves. A change that breaks one of these invalidates every user's
-cache; it must be deliberate and said in the changelog, never a side effect of a refactor."""
+cache; it must be deliberate and said in the changelog (README, "Changes that re-run cached
+nodes"), never a side effect of a refactor. The demo's input hashes were re-frozen once, when
+keys began to tell apart values canonical JSON spells alike (`form:` parts); every output hash
+is the same as before."""
 
 from __future__ import annotations
 
@@ -37,21 +40,21 @@ CANONICAL = {
 }
 
 DEMO_STEPS = [
-    ('plan', '0a760a2e5f3f36cdc9a2c4de18cc0ff6c0cf128989e156990658cb2661caed2f',
+    ('plan', 'd2f34b0bd828f1b64d1d1dc5e8481d1d187bd1a13acb0d02919b48b06ec8f2bb',
      '11a48dfdacd75dab400b0816652dd078e3d9500a77f29446ade5fe3f0d05ccbc'),
     ('research', '4794ca7e17cdb3f11e68733470054752e3b38ade776185d4bd2dcd5aedaca74a',
      '4cf61e8c09a4c54d4879bccb4f70ae7b091732d41f13aff40b201aed4cdf2b2a'),
-    ('analyse', '0661ae76c1c116cd6868fe03c37169269f4efec73cb9b1b41aad99243f16b13e',
+    ('analyse', '93aeb22e0d8a86e250ce627d8ac54c1d9f157e7534198ee889ed04a1837ddbcf',
      '2deb830bc564ce5701eb74e181713013993cad32f25fe7ad6e32d8c6ecc4a988'),
-    ('critique', '02a2c3038ebe9f3c30a35b7868db2d4e92aaca921fa9c16726f44c5d39984e41',
+    ('critique', 'bd3850bac7683a1f7882261ee84b8057b80e6269a6011947e01bae922b345464',
      'e2b28c63aa9dcd2edf43c2c40503933846c92c060a3980d9b0f8775a1e9a827b'),
-    ('revise', 'c8881923b269903274e18308896ed17ad29e04287a200a3de2ad4b92a0aaf109',
+    ('revise', '4d32cd2f2b8cd6c25815077f75edfd9fa723ba71b0d088453b00960187442033',
      '7ae0d6a20eb98d7f8831b2005a1ddc714bad9cffa0bdbb58b8bfd43543e1b7df'),
-    ('compose', '6750f4a6afa6a888ba4e5ce9dc363b1efb839b88d2274b8bd2a23ce2d641ca9d',
+    ('compose', '0af86f22681a34e8959a2d8bbc0ee371359aa3c58949dea5a1b12c58660a8d67',
      '1b81700971f87ed63f22022b6b08f6a03b6a7b035968ddff6094a06999f4b9b1'),
-    ('verify', '1127b9df4b94d35d2d2780a78965444bea1d7e17fd6df9fdc11520a4e7c4a7aa',
+    ('verify', '47ba89ed7ed7d1757948f1cc4a813c6f2f1276e72edf41f672023dda74dc02f6',
      'd15ee77ebb79c54e838adfb8412aa805ff954d7d1e4587c6fb625f3b60107b23'),
-    ('publish', '926f2e3dc309fd28a9943e0a4f8a5555e536078a82710507a72ec03cf4a8f8a8',
+    ('publish', 'd51f374daff55f598b38e1fe08abe3ffa91b3249650e847ecf92da227ada3605',
      '6ae904129858f750b3500d714c7682a3c11abae25527b2e45df0b53f38b089bc'),
 ]
 

@@ -31,20 +31,22 @@ from .burr_compat import state_values
 _ONE_FORM = (str, int, bool, type(None))
 
 
-def value_form(value: Any, path: str, ref: Optional[str] = None) -> Optional[str]:
-    """The `form:` key part of a value: the address of its type-preserving encoding (`ref`, when
-    the value is stored under it), which tells apart what canonical JSON spells alike (1 and
-    1.0, a list and a tuple, another key order, Decimal('1.0') and Decimal('1.00')). None for a
-    value with one form (str, int, bool, None) or one that cannot be stored (a client object,
-    keyed by `param_hash` alone)."""
+def value_form(value: Any, path: str, hashed: str, ref: Optional[str] = None) -> Optional[str]:
+    """The `form:` key part of a value whose canonical hash is `hashed`: the address of its
+    type-preserving encoding (`ref`, when the value is stored under it), which tells apart what
+    canonical JSON spells alike (1 and 1.0, a list and a tuple, another key order,
+    Decimal('1.0') and Decimal('1.00')). None when that encoding is its canonical JSON (plain
+    data in canonical order: the hash says it all, and keys made before forms stay put), for
+    a value with one form (str, int, bool, None) and for one that cannot be stored (a client
+    object, keyed by `param_hash` alone)."""
     if type(value) in _ONE_FORM:
         return None
-    if ref is not None:
-        return ref
-    try:
-        return blob_ref(encode(value, path))
-    except Exception:
-        return None
+    if ref is None:
+        try:
+            ref = blob_ref(encode(value, path))
+        except Exception:
+            return None
+    return None if ref == hashed else ref
 
 
 def code_of(inner: Any) -> Any:
@@ -157,14 +159,14 @@ class NodeSpec:
                                           for n in ignore])
                 h = canonical_hash(v, k)
             out[("read:" if k in reads else "prior:") + k] = h
-            form = None if stripped else value_form(v, k, refs.get(k) if refs else None)
+            form = None if stripped else value_form(v, k, h, refs.get(k) if refs else None)
             if form is not None:
                 out["form:" + k] = form
         out.update(self.param_hashes)
         for k, v in (run_kwargs or {}).items():
             if not is_internal_key(k):  # Burr-injected (__context, __tracer): never hashed
                 out[f"input:{k}"] = param_hash(v, f"{self.node}.{k}")
-                form = value_form(v, f"{self.node}.{k}")
+                form = value_form(v, f"{self.node}.{k}", out[f"input:{k}"])
                 if form is not None:
                     out[f"form:input:{k}"] = form
         return out
@@ -229,7 +231,7 @@ def param_key_parts(node: str, params: dict) -> dict:
     out = {}
     for k, v in params.items():
         out[f"param:{k}"] = param_hash(v, f"{node}.{k}")
-        form = value_form(v, f"{node}.{k}")
+        form = value_form(v, f"{node}.{k}", out[f"param:{k}"])
         if form is not None:
             out[f"form:param:{k}"] = form
     return out
