@@ -57,8 +57,9 @@ demo = core.demo_pipeline()
 with demo_col:
     demo_clicked = st.button(
         "Create a demo run", icon=":material/auto_awesome:", type="primary" if total_all == 0 else "secondary",
-        disabled=demo is None, width="stretch",
-        help="Run the research demo pipeline on a sample question (offline simulator by default)"
+        disabled=demo is None or bool(getattr(rw.store, "read_only", False)), width="stretch",
+        help="The store is open read-only: nothing can be run" if getattr(rw.store, "read_only", False)
+        else "Run the research demo pipeline on a sample question (offline simulator by default)"
         if demo is not None else f"The demo pipeline {core.DEMO_MODULE} is not available",
     )
 if demo_clicked and demo is not None:

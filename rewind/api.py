@@ -274,6 +274,7 @@ class Rewind:
         (part of each step's key); a run that stops at a halt condition is `halted`. Cache hits
         are served unless `use_cache=False`. A failing node does not raise: the run comes back
         `failed`."""
+        self.store.require_writable("run a pipeline")
         run = start_run(self.store, self._heartbeat, self.pipeline(pipeline), dict(state or {}),
                         inputs=inputs, halt_before=halt_before, halt_after=halt_after,
                         use_cache=use_cache, on_step=self._sinks.wrap(self, on_step),
@@ -288,6 +289,7 @@ class Rewind:
         reads (`edit`), its own params or its runtime `inputs`, and replay what the change
         reaches; later steps get the runtime inputs recorded for them. Bad requests raise
         `RewindError` and write nothing."""
+        self.store.require_writable("fork a run")
         with self.store.snapshot_reads():  # fork_run ends it when its execution starts
             parent_row = self._run_row(run_id)
             run = fork_run(self.store, self._heartbeat, self.pipeline(parent_row["pipeline"]),
@@ -320,6 +322,7 @@ class Rewind:
                on_step: Optional[Callable[[Step], None]] = None) -> Run:
         """Continue a halted, failed or interrupted run in place: the next chat turn with new
         `inputs`, or the failed step re-executed."""
+        self.store.require_writable("resume a run")
         row = self._run_row(run_id)
         run = resume_run(self.store, self._heartbeat, self.pipeline(row["pipeline"]), row,
                          inputs=inputs, halt_before=halt_before, halt_after=halt_after,

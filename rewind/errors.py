@@ -10,6 +10,7 @@
     └── OperationError               exit 1; a valid request failed: database, data or provider
         ├── StoreError
         │   ├── IntegrityError
+        │   ├── ReadOnlyStore
         │   └── CommitError
         ├── ProviderError
         └── CorpusError
@@ -83,6 +84,10 @@ class StoreError(OperationError):
 
 class IntegrityError(StoreError):
     """Raised when a stored blob no longer matches its content hash."""
+
+
+class ReadOnlyStore(StoreError):
+    """Raised when a run, fork or purge is asked of a store open read-only; nothing ran."""
 
 
 class CommitError(StoreError):

@@ -605,3 +605,17 @@ def test_a_huge_text_output_is_cut_on_the_page(rw, db):
     shown = [t for t in texts(at.text) if t.startswith("AAAA")]
     assert shown and all(len(t) < textview.SHOW_CHARS + 200 for t in shown)
     assert any("1,000,000 in all" in t for t in shown)
+
+
+def test_a_read_only_store_offers_no_replay_and_no_demo_run(rw, runs, monkeypatch, db):
+    """On a store open read-only the banner says so, and the buttons that would write are
+    disabled, not refused after the engine tried to commit (a stranger's find)."""
+    root, _ = runs
+    rw.close()
+    monkeypatch.setenv("REWIND_DB", f"sqlite:///{db}?mode=ro")
+    at = ok(app().run())
+    assert any("read-only" in w for w in texts(at.warning))
+    assert button(at, "Create a demo run").disabled
+    at = ok(app(state={"fork_run": root.id, "fork_node": "critique"}).run())
+    at = goto(at, "fork")
+    assert button(at, "Replay").disabled

@@ -142,3 +142,41 @@ def test_read_only_needs_an_existing_current_database(tmp_path):
         open_store(str(empty), read_only=True)
     assert empty.stat().st_size == 0
     assert not stat.S_ISDIR(empty.stat().st_mode)
+
+
+def test_a_read_only_store_refuses_a_run_or_fork_before_anything_runs(tmp_path, capsys):
+    """On a store open read-only, `run`, `fork` and `resume` are refused at once, in one
+    `ReadOnlyStore` line naming the store, before a node runs or a commit is tried (before, the
+    run executed, each commit was retried with a logged warning, and the error advised resuming
+    a run that was never written). The CLI prints that one line."""
+    import logging
+
+    from rewind.cli import main
+    from rewind.errors import ReadOnlyStore
+
+    folder = str(tmp_path / "ro")
+    path, run = _database(folder)
+    calls = []
+    rw = Rewind(f"sqlite:///{path}?mode=ro", pipelines=[PIPELINE])
+    assert rw.store.read_only
+    records = []
+    handler = logging.Handler()
+    handler.emit = records.append
+    logging.getLogger("rewind").addHandler(handler)
+    try:
+        for what, call in (("run", lambda: rw.run(PIPELINE, {"topic": "x"})),
+                           ("fork", lambda: rw.fork(run.id, at="draft")),
+                           ("resume", lambda: rw.resume(run.id))):
+            with pytest.raises(ReadOnlyStore, match="read-only") as e:
+                call()
+            assert what in str(e.value) and path in str(e.value), str(e.value)
+            calls.append(what)
+    finally:
+        logging.getLogger("rewind").removeHandler(handler)
+    assert calls == ["run", "fork", "resume"]
+    assert [r.getMessage() for r in records if r.levelno >= logging.WARNING] == []
+    rw.close()
+    capsys.readouterr()
+    code = main(["--db", f"sqlite:///{path}?mode=ro", "fork", run.id, "--at", "draft"])
+    err = capsys.readouterr().err.strip()
+    assert code == 1 and len(err.splitlines()) == 1 and "read-only" in err, err

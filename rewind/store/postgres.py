@@ -260,7 +260,7 @@ class PostgresStore(SQLStore):
             finally:
                 conn.depth -= 1
             return
-        self._refuse_write()
+        self.require_writable()
         conn.held = [b"BEGIN"]  # sent with the transaction's first statement
         conn.depth = 1
         try:

@@ -14,7 +14,7 @@ import contextlib
 import threading
 from typing import Any, Iterable, Iterator, Sequence
 
-from ..errors import InvalidRequest, StoreError
+from ..errors import InvalidRequest, ReadOnlyStore, StoreError
 from .liveness import current_pid
 
 CHUNK = 500  # ids per IN (...) list
@@ -205,11 +205,13 @@ class SQLBase(abc.ABC):
         blobs, say) since this connection last asked? Backends that cannot tell say True."""
         return True
 
-    def _refuse_write(self) -> None:
+    def require_writable(self, what: str = "") -> None:
+        """Refuse, in one `ReadOnlyStore` line, what would write to a store open read-only."""
         if self.read_only:
-            raise StoreError(
+            raise ReadOnlyStore(
                 f"{self.url} is open read-only ({self.read_only_reason or 'as asked'}): "
-                "nothing can be written; open it from a process that may write the file"
+                f"{'cannot ' + what if what else 'nothing can be written'}; open it from a "
+                "process that may write the file"
             )
 
     # schema support ------------------------------------------------------------------------

@@ -243,7 +243,7 @@ class SQLiteStore(SQLStore):
             finally:
                 conn.depth -= 1
             return
-        self._refuse_write()
+        self.require_writable()
         conn.execute("BEGIN IMMEDIATE")  # the write lock up front: no upgrade deadlock
         conn.depth = 1
         try:
