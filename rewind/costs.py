@@ -39,8 +39,16 @@ def price_table() -> dict:
     if raw:
         try:
             extra = json.loads(raw)
+            if not isinstance(extra, dict) or not all(
+                    isinstance(p, list) and len(p) == 2 and all(
+                        isinstance(x, (int, float)) and not isinstance(x, bool) for x in p)
+                    for p in extra.values()):
+                raise ValueError("it must be an object mapping each model to [input, output]")
             table.update({str(m): (float(p[0]), float(p[1])) for m, p in extra.items()})
-        except (ValueError, TypeError, IndexError, AttributeError) as e:
+            bad = sorted(m for m, p in table.items() if not all(0 <= x < float("inf") for x in p))
+            if bad:
+                raise ValueError(f"the prices of {', '.join(bad)} must be finite and not negative")
+        except ValueError as e:
             raise InvalidRequest(f"REWIND_PRICES must be JSON like "
                                  f'{{"my-model": [0.5, 1.5]}} (USD per 1M input/output tokens): {e}',
                                  field="REWIND_PRICES") from None

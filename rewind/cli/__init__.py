@@ -5,7 +5,7 @@
     rewind runs [--pipeline P] [--status S] [--search T] [--limit N] [--offset N]
     rewind show RUN [--json] [--outputs]
     rewind fork RUN --at NODE [--occurrence N] [--edit field=JSON ...]
-                    [--param name=JSON ...] [--allow-side-effects] [--plan]
+                    [--param name=JSON ...] [--allow-side-effects] [--plan] [--yes]
     rewind diff A B [--noise-samples K] [--changes]
     rewind audit RUN --repeats K
     rewind resume RUN

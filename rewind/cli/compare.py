@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 
+from ..errors import InvalidRequest
 from .inputs import add_change_flags, parse_changes
 from .output import (
     Progress, cut, dumps, node_label, one_line, progress_for, shown, short_hash, table,
@@ -24,6 +25,12 @@ def cmd_fork(args, out) -> int:
             return _print_plan(rw.plan_fork(parent.id, at=args.at, edit=edit, params=params,
                                             occurrence=args.occurrence,
                                             allow_side_effects=args.allow_side_effects), out)
+        if not args.yes:  # what the dashboard's checkbox asks, asked here as --yes
+            plan = rw.plan_fork(parent.id, at=args.at, edit=edit, params=params,
+                                occurrence=args.occurrence, allow_side_effects=args.allow_side_effects)
+            if plan.needs_confirmation:
+                raise InvalidRequest("this fork needs a confirmation (" + "; ".join(plan.confirm_reasons)
+                                     + "): run it again with --yes, or see it first with --plan")
         progress = progress_for(rw, parent.pipeline, not args.quiet, fallback=len(parent.steps) or 1)
         with shown(progress):
             run = rw.fork(parent.id, at=args.at, edit=edit, params=params,
@@ -128,6 +135,9 @@ def add_commands(add) -> None:
                     help="perform side effects again instead of dry-running them")
     sp.add_argument("--plan", action="store_true",
                     help="only show what would re-run, stay cached or be skipped, and the cost")
+    sp.add_argument("--yes", action="store_true",
+                    help="run a fork whose plan needs a confirmation (a large edit, an estimate "
+                         "over REWIND_CONFIRM_TOKENS)")
 
     sp = add("diff", cmd_diff, "compare two runs step by step", quiet=True)
     sp.add_argument("a", metavar="A")

@@ -18,7 +18,7 @@ from typing import Any, Optional
 from .. import llm
 from ..action import SIDE_EFFECT
 from ..costs import price_table, step_cost, step_dollars
-from ..errors import NotFound
+from ..errors import InvalidRequest, NotFound
 from ..models import RunStatus, StepStatus, normalize_overrides, overrides_at
 from .context import cache_key
 from .fork import _check_request, load_steps
@@ -36,13 +36,43 @@ INHERITED = "inherited"
 EDIT_CONFIRM_CHARS = 20_000
 
 
+# what an edit adds to a field a re-run node reads reaches its prompt: ~4 characters a token,
+# counted low (3) so that the estimate errs high
+CHARS_PER_TOKEN = 3
+
+
 def confirm_tokens() -> Optional[int]:
     """`REWIND_CONFIRM_TOKENS`: a plan estimated above it needs an explicit confirmation."""
     raw = os.environ.get("REWIND_CONFIRM_TOKENS", "").strip()
-    try:
-        return int(raw) if raw else None
-    except ValueError:
+    if not raw:
         return None
+    try:
+        value = int(raw)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise InvalidRequest(f"REWIND_CONFIRM_TOKENS must be a whole number of tokens (0 or more), "
+                             f"not {raw[:40]!r}; unset it to never ask", field="REWIND_CONFIRM_TOKENS")
+    return value
+
+
+def _chars(value: Any) -> int:
+    return len(value) if isinstance(value, str) else len(json.dumps(value, default=str))
+
+
+def edit_growth(step: Any, spec: Any, edit: dict) -> int:
+    """Tokens an edit adds to what `step`'s node reads: the characters each edited field it
+    reads grew by (none for a field that shrank), over `CHARS_PER_TOKEN`."""
+    grown = 0
+    for field, value in edit.items():
+        if field not in spec.reads:
+            continue
+        try:
+            before = _chars(step.inputs.get(field, ""))
+        except Exception:  # its recorded value purged: the whole new value counts
+            before = 0
+        grown += max(_chars(value) - before, 0)
+    return -(-grown // CHARS_PER_TOKEN)
 
 
 @dataclasses.dataclass
@@ -107,7 +137,7 @@ def plan_fork(store: Any, pipeline: Any, parent_row: dict, at: str, *, edit: Opt
         row = PlanRow(s.node, s.occurrence, verdict, reason)
         if verdict in (RERUN, MAY_RERUN):
             changed.update(spec.writes)
-            row.est_tokens = step_cost(s)
+            row.est_tokens = step_cost(s) + (edit_growth(s, spec, edit) if step_cost(s) else 0)
             row.est_dollars = step_dollars(s, prices)
         rows.append(row)
     est = sum(r.est_tokens for r in rows)
