@@ -198,9 +198,24 @@ header = view.run_metrics(run)
 for row in (header[:4], header[4:]):  # four to a row: every label whole at 1280 px
     for col, (label, value, help_text) in zip(st.columns(4), row):
         col.metric(label, value, help=help_text)
-if run.error:
-    st.error("The run did not complete:")
-    st.code(run.error, language=None)
+if run.error or run.status in ("interrupted", "failed"):
+    st.error(view.incomplete_message(run))
+    if run.error:
+        st.code(run.error, language=None)
+    if run.status in ("interrupted", "failed") and not getattr(rw.store, "read_only", False):
+        if st.button("Resume this run", icon=":material/play_arrow:", key=f"resume_{run.id}",
+                     help="Carry on from the last committed step (a failed step runs again)"):
+            with st.status(f"Resuming {run.id}…", expanded=True) as status:
+                try:
+                    resumed = rw.resume(run.id, on_step=lambda step: status.markdown(fmt.step_line(step)))
+                except rewind.RewindError as e:
+                    status.update(label="Resume refused", state="error")
+                    st.error(md(e))
+                else:
+                    status.update(label=view.run_finished_label(resumed),
+                                  state="complete" if resumed.status == "completed" else "error")
+                    core.bump()
+                    st.rerun()
 change = view.fork_change(run)
 if change is not None:
     with st.expander("What this fork changed"):

@@ -81,6 +81,16 @@ def demo_state(questions: list, n_runs: int, sample: dict) -> dict:
     return {"question": questions[n_runs % len(questions)]} if questions else dict(sample)
 
 
+def incomplete_message(run: Any) -> str:
+    """Why a run stopped short, in one line (its error, if any, is shown beside it as text)."""
+    if run.status == "interrupted":
+        return ("The run was interrupted before it finished (its process stopped or a commit "
+                "failed): every step shown was committed, and it can be resumed from the next one.")
+    if run.status == "failed":
+        return "The run failed: resuming it runs the failed step again."
+    return "The run did not complete."
+
+
 def run_finished_label(run: Any) -> str:
     return f"Run {run.id} {run.status}: {fmt.spent_saved(run)}"
 

@@ -619,3 +619,16 @@ def test_a_read_only_store_offers_no_replay_and_no_demo_run(rw, runs, monkeypatc
     at = ok(app(state={"fork_run": root.id, "fork_node": "critique"}).run())
     at = goto(at, "fork")
     assert button(at, "Replay").disabled
+
+
+def test_an_interrupted_run_says_why_and_can_be_resumed(rw, runs):
+    """An interrupted run's page says what happened and offers to resume it (before: "The run
+    did not complete:" and nothing to do but the CLI; a stranger's find)."""
+    root, _ = runs
+    with rw.store.transaction():
+        rw.store.mark_interrupted(root.id, "interrupted (KeyboardInterrupt or exit)", root.finished_at)
+    at = ok(app(query={"run": root.id}).run())
+    assert any("interrupted before it finished" in e for e in texts(at.error)), texts(at.error)
+    button(at, "Resume this run").click()
+    ok(at.run())
+    assert rw.get_run(root.id).status == "completed"
