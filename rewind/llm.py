@@ -70,6 +70,16 @@ def _env(name: str) -> Optional[str]:
     return value.strip() if value and value.strip() else None
 
 
+def checked_base_url(base_url: Optional[str]) -> Optional[str]:
+    """A model base URL as given (None for none), or `ProviderError` saying what is wrong."""
+    url = (base_url or "").strip()
+    if url and not re.match(r"^https?://", url, re.I):
+        raise ProviderError(f"base_url must start with http:// or https://, got {_redact_url(url)!r}")
+    if re.search(r"\s", url):
+        raise ProviderError(f"base_url must be one URL with no spaces, got {_redact_url(url)!r}")
+    return url or None
+
+
 def configure(
     provider: Optional[str] = None,
     base_url: Optional[str] = None,
@@ -96,10 +106,7 @@ def configure(
                 )
             _overrides["provider"] = None if p in ("auto", "") else p
         if base_url is not None:
-            url = base_url.strip()
-            if url and not re.match(r"^https?://", url, re.I):
-                raise ProviderError(f"base_url must start with http:// or https://, got {_redact_url(url)!r}")
-            _overrides["base_url"] = url or None
+            _overrides["base_url"] = checked_base_url(base_url)
         if model is not None:
             _overrides["model"] = model.strip() or None
         _clients_for_gc = None
@@ -134,9 +141,7 @@ def session_settings(*, provider: Optional[str] = None, base_url: Optional[str] 
         p = None
     if p not in (None, SIMULATOR, OPENAI):
         raise ProviderError(f"unknown provider {provider!r}: use 'simulator', 'openai' or 'auto'")
-    url = (base_url or "").strip() or None
-    if url and not re.match(r"^https?://", url, re.I):
-        raise ProviderError(f"base_url must start with http:// or https://, got {_redact_url(url)!r}")
+    url = checked_base_url(base_url)
     token = _session.set({"provider": p, "base_url": url, "model": (model or "").strip() or None,
                           "api_key": (api_key or "").strip() or None})
     try:

@@ -54,6 +54,13 @@ def _refuse_constant(name: str) -> Any:
     raise _NotANumber(name)
 
 
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):  # 1e400: JSON spells it, a run cannot record it
+        raise _NotANumber(text)
+    return value
+
+
 def widget_initial(kind: str, value: Any) -> Any:
     """What the widget starts with for a recorded value."""
     if kind == JSON:
@@ -70,7 +77,7 @@ def parse_value(kind: str, raw: Any, field: str) -> Any:
         if not text.strip():
             raise FieldError(field, "is empty; write JSON (for example null, 42, \"text\" or {})")
         try:
-            return json.loads(text, parse_constant=_refuse_constant)
+            return json.loads(text, parse_constant=_refuse_constant, parse_float=_finite_float)
         except _NotANumber as e:
             raise FieldError(field, f"is {e}, which is not a number a run can record; write a "
                                     "finite number (for example 0 or 42)") from None

@@ -67,3 +67,23 @@ def test_the_cli_fork_asks_for_yes_when_the_plan_needs_a_confirmation(rw, monkey
                  "--edit", 'question="Why is grass green?"'])
     assert code == 0, capsys.readouterr().err
     assert rw.count_runs() == before + 1
+
+
+def test_small_guards_name_what_was_wrong(tmp_path):
+    """A folder given as the database, a base URL with a space, 1e400 typed as a JSON number,
+    and an edit's size counted as typed (a stranger's finds)."""
+    from rewind.errors import ProviderError, StoreError
+    from rewind_ui.editors import FieldError, parse_value
+
+    with pytest.raises(StoreError, match="is a folder"):
+        rewind.Rewind(str(tmp_path))
+    with pytest.raises(ProviderError, match="no spaces"):
+        with rewind.llm.session_settings(base_url="http://127.0.0.1:8619/v1 X-Evil: 1"):
+            pass
+    with pytest.raises(FieldError, match="1e400"):
+        parse_value("json", "1e400", "seed")
+    assert parse_value("json", "1.5", "seed") == 1.5
+    with rewind.Rewind(str(tmp_path / "p.db"), pipelines=[PIPELINE]) as rw:
+        root = rw.run(PIPELINE, {"question": "Why is the sky blue?"})
+        text = "line\n" * 1000
+        assert rw.plan_fork(root.id, at="answer", edit={"question": text}).edit_chars == len(text)

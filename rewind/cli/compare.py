@@ -25,6 +25,7 @@ def cmd_fork(args, out) -> int:
             return _print_plan(rw.plan_fork(parent.id, at=args.at, edit=edit, params=params,
                                             occurrence=args.occurrence,
                                             allow_side_effects=args.allow_side_effects), out)
+        rw.store.require_writable("fork a run")  # before the plan: a read-only store says so first
         if not args.yes:  # what the dashboard's checkbox asks, asked here as --yes
             plan = rw.plan_fork(parent.id, at=args.at, edit=edit, params=params,
                                 occurrence=args.occurrence, allow_side_effects=args.allow_side_effects)

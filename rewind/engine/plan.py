@@ -144,7 +144,7 @@ def plan_fork(store: Any, pipeline: Any, parent_row: dict, at: str, *, edit: Opt
     dollars: Optional[float] = 0.0
     for r in rows:
         dollars = None if r.est_dollars is None or dollars is None else dollars + r.est_dollars
-    edit_chars = len(json.dumps(edit, default=str)) if edit else 0
+    edit_chars = sum(_chars(v) for v in edit.values())  # as typed: a text by its own length
     reasons = []
     if edit_chars > EDIT_CONFIRM_CHARS:
         reasons.append(f"the edit is {edit_chars:,} characters (over {EDIT_CONFIRM_CHARS:,})")

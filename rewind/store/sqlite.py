@@ -91,6 +91,9 @@ class SQLiteStore(SQLStore):
         parent = os.path.dirname(self.path)
         if parent and not os.path.isdir(parent):
             raise StoreError(f"cannot open {path}: folder {parent} does not exist")
+        if os.path.isdir(self.path):
+            raise StoreError(f"cannot open {path}: it is a folder, not a database file; name a "
+                             f"file in it (for example {os.path.join(path, 'rewind.db')})")
         reason = ""
         if self.path != ":memory:":
             why = _not_writable(self.path)
