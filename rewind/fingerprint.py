@@ -24,11 +24,11 @@ import inspect
 import sys
 import threading
 import types
-import typing
 from typing import Any, Callable, Optional
 
 from . import hashing
 from .dynamicreach import module_units
+from .classfields import reach_fields
 from .modulereads import module_reads
 from .bytecode import code_text as _code_text, names_used as _names_used
 from .objectparts import (
@@ -228,46 +228,7 @@ class _Walk:
                     self.visit_function(fn)
                 if not fns and not name.startswith("__"):
                     self.reach_value(member, f"{_unit(klass)}.{name}")
-            self.reach_field_types(klass, members)
-
-    def reach_field_types(self, klass: type, members: Any) -> None:
-        """What a class's field annotations bring in: a user class used as a field's type (a
-        nested pydantic model, `List[Item]`) and the validators in `Annotated[..., ...]`
-        metadata; pydantic's resolved fields where there are some."""
-        fields = members.get("__pydantic_fields__")
-        if isinstance(fields, dict):
-            found = [(n, [f.annotation, *(f.metadata or ())]) for n, f in fields.items()
-                     if hasattr(f, "annotation")]
-            for name in sorted(n for n in fields if isinstance(n, str)):
-                # a default (`tone: str = prompts.TONE`) or factory: pydantic keeps them on the
-                # field, not the class, so the members above do not hold them
-                field = fields[name]
-                default = getattr(field, "default", None)
-                if default is not None and type(default).__name__ != "PydanticUndefinedType":
-                    self.reach_value(default, f"{_unit(klass)}.<default {name}>")
-                factory = getattr(field, "default_factory", None)
-                if factory is not None:
-                    self.reach_value(factory, f"{_unit(klass)}.<default_factory {name}>")
-        else:
-            found = [(n, [a]) for n, a in (members.get("__annotations__") or {}).items()]
-        for name, annotations in sorted(found, key=lambda nf: str(nf[0])):
-            for annotation in annotations:
-                self.reach_annotation(annotation, f"{_unit(klass)}.<type {name}>", 0)
-
-    def reach_annotation(self, annotation: Any, unit: str, depth: int) -> None:
-        if depth > PARTS_DEPTH or annotation is None or isinstance(annotation, str):
-            return
-        if isinstance(annotation, type):
-            if module_kind(annotation.__module__ or "") == USER:
-                self.visit_class(annotation)
-            return
-        args = typing.get_args(annotation)
-        for arg in args:
-            self.reach_annotation(arg, unit, depth + 1)
-        if not args and typing.get_origin(annotation) is None:  # metadata: AfterValidator(f)
-            for name, value in attributes(annotation):
-                if inspect.isfunction(value):
-                    self.reach_value(value, f"{unit}.{name}")
+            reach_fields(self, klass, members, _unit(klass))
 
     def visit_instance(self, obj: Any) -> None:
         self.visit_class(type(obj))
