@@ -6,7 +6,7 @@ from .api import MAX_SEARCH, Rewind, register_pipeline
 from .engine import Pipeline
 from .errors import (
     CommitError, CorpusError, ForkError, IntegrityError, InvalidRequest, NotFound, OperationError,
-    ProviderError, ReadOnlyStore, RewindError, StoreError, UndeclaredRead, UnhashableValue,
+    ProviderError, ReadOnlyError, RewindError, StoreError, UndeclaredRead, UnhashableValue,
     UserError,
 )
 from .hashing import canonical_hash
@@ -23,5 +23,5 @@ __all__ = [
     "IntegrityError", "ProviderError", "canonical_hash", "record_usage", "Run", "Step",
     "TrajectoryDiff", "DiffRow", "AuditReport", "AuditRow", "llm", "register_type",
     "RunStatus", "StepStatus", "UserError", "OperationError", "CorpusError", "CommitError",
-    "BatchReport", "BatchRow", "ReadOnlyStore",
+    "BatchReport", "BatchRow", "ReadOnlyError",
 ]

@@ -10,7 +10,7 @@
     └── OperationError               exit 1; a valid request failed: database, data or provider
         ├── StoreError
         │   ├── IntegrityError
-        │   ├── ReadOnlyStore
+        │   ├── ReadOnlyError
         │   └── CommitError
         ├── ProviderError
         └── CorpusError
@@ -86,7 +86,7 @@ class IntegrityError(StoreError):
     """Raised when a stored blob no longer matches its content hash."""
 
 
-class ReadOnlyStore(StoreError):
+class ReadOnlyError(StoreError):
     """Raised when a run, fork or purge is asked of a store open read-only; nothing ran."""
 
 

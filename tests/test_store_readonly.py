@@ -146,13 +146,13 @@ def test_read_only_needs_an_existing_current_database(tmp_path):
 
 def test_a_read_only_store_refuses_a_run_or_fork_before_anything_runs(tmp_path, capsys):
     """On a store open read-only, `run`, `fork` and `resume` are refused at once, in one
-    `ReadOnlyStore` line naming the store, before a node runs or a commit is tried (before, the
+    `ReadOnlyError` line naming the store, before a node runs or a commit is tried (before, the
     run executed, each commit was retried with a logged warning, and the error advised resuming
     a run that was never written). The CLI prints that one line."""
     import logging
 
     from rewind.cli import main
-    from rewind.errors import ReadOnlyStore
+    from rewind.errors import ReadOnlyError
 
     folder = str(tmp_path / "ro")
     path, run = _database(folder)
@@ -167,7 +167,7 @@ def test_a_read_only_store_refuses_a_run_or_fork_before_anything_runs(tmp_path, 
         for what, call in (("run", lambda: rw.run(PIPELINE, {"topic": "x"})),
                            ("fork", lambda: rw.fork(run.id, at="draft")),
                            ("resume", lambda: rw.resume(run.id))):
-            with pytest.raises(ReadOnlyStore, match="read-only") as e:
+            with pytest.raises(ReadOnlyError, match="read-only") as e:
                 call()
             assert what in str(e.value) and path in str(e.value), str(e.value)
             calls.append(what)

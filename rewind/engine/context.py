@@ -18,7 +18,7 @@ from typing import Any, Callable, Optional
 
 from .. import llm, serde
 from ..action import runtime_input_names
-from ..errors import CommitError, ReadOnlyStore, RewindError, StoreError
+from ..errors import CommitError, ReadOnlyError, RewindError, StoreError
 from ..hashing import canonical_parts, combine, is_internal_key, sha256_hex
 from ..models import Step, StepStatus, normalize_overrides, overrides_at
 from ..redaction import redact
@@ -308,7 +308,7 @@ class ExecutionContext:
                 # a refusal (a lease taken, bad data) is not retried; a server that could not
                 # be reached is, like any driver error
                 refused = isinstance(e, RewindError) and not isinstance(e, StoreError)
-                if refused or isinstance(e, (CommitError, ReadOnlyStore)):
+                if refused or isinstance(e, (CommitError, ReadOnlyError)):
                     raise
                 logger.warning("commit of run %s failed (attempt %d): %s", self.run_id, attempt, e)
                 self.store.reset_connection()

@@ -14,7 +14,7 @@ import contextlib
 import threading
 from typing import Any, Iterable, Iterator, Sequence
 
-from ..errors import InvalidRequest, ReadOnlyStore, StoreError
+from ..errors import InvalidRequest, ReadOnlyError, StoreError
 from .liveness import current_pid
 
 CHUNK = 500  # ids per IN (...) list
@@ -206,9 +206,9 @@ class SQLBase(abc.ABC):
         return True
 
     def require_writable(self, what: str = "") -> None:
-        """Refuse, in one `ReadOnlyStore` line, what would write to a store open read-only."""
+        """Refuse, in one `ReadOnlyError` line, what would write to a store open read-only."""
         if self.read_only:
-            raise ReadOnlyStore(
+            raise ReadOnlyError(
                 f"{self.url} is open read-only ({self.read_only_reason or 'as asked'}): "
                 f"{'cannot ' + what if what else 'nothing can be written'}; open it from a "
                 "process that may write the file"
