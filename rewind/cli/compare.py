@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 
-from ..errors import InvalidRequest
+from ..errors import InvalidRequest, RewindError
 from .inputs import add_change_flags, parse_changes
 from .output import (
     Progress, cut, dumps, node_label, one_line, progress_for, shown, short_hash, table,
@@ -27,9 +27,14 @@ def cmd_fork(args, out) -> int:
                                             allow_side_effects=args.allow_side_effects), out)
         rw.store.require_writable("fork a run")  # before the plan: a read-only store says so first
         if not args.yes:  # what the dashboard's checkbox asks, asked here as --yes
-            plan = rw.plan_fork(parent.id, at=args.at, edit=edit, params=params,
-                                occurrence=args.occurrence, allow_side_effects=args.allow_side_effects)
-            if plan.needs_confirmation:
+            try:
+                plan = rw.plan_fork(parent.id, at=args.at, edit=edit, params=params,
+                                    occurrence=args.occurrence, allow_side_effects=args.allow_side_effects)
+            except RewindError as e:  # a bad setting is said; any other refusal is the fork's to say
+                if getattr(e, "field", None) in ("REWIND_CONFIRM_TOKENS", "REWIND_PRICES"):
+                    raise
+                plan = None
+            if plan is not None and plan.needs_confirmation:
                 raise InvalidRequest("this fork needs a confirmation (" + "; ".join(plan.confirm_reasons)
                                      + "): run it again with --yes, or see it first with --plan")
         progress = progress_for(rw, parent.pipeline, not args.quiet, fallback=len(parent.steps) or 1)
