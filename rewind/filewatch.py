@@ -240,6 +240,15 @@ def _install() -> None:
         if accessor is not None:
             accessor.listdir, accessor.scandir = os.listdir, os.scandir
         importlib._bootstrap_external.FileLoader.get_data = _get_data
+        # what os says its functions support goes for the recording ones too: shutil.rmtree
+        # asks `os.stat in os.supports_follow_symlinks` (and of scandir, open) to pick its
+        # symlink-safe way
+        for orig, new in ((_ORIG_STAT, os.stat), (_ORIG_OS_OPEN, os.open),
+                          (_ORIG_LISTDIR, os.listdir), (_ORIG_SCANDIR, os.scandir)):
+            for supports in (os.supports_dir_fd, os.supports_fd, os.supports_follow_symlinks,
+                             os.supports_effective_ids):
+                if orig in supports:
+                    supports.add(new)
         _INSTALLED = True
 
 

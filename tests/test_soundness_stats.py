@@ -141,3 +141,17 @@ def test_a_file_checked_then_read_is_keyed_by_its_bytes(tmp_path):
     assert filewatch.changed(read.files, str(tmp_path)) == ["f.txt"]
     (tmp_path / "f.txt").write_text("longer")
     assert filewatch.changed(checked.files, str(tmp_path)) == ["f.txt"]
+
+
+def test_the_recording_functions_support_what_os_says_the_originals_do():
+    """shutil.rmtree picks its symlink-attack-safe way by asking whether `os.stat`, `os.open`
+    and `os.scandir` are in `os.supports_*`: the recording ones must be, as the originals are."""
+    import shutil
+
+    assert os.stat is not filewatch._ORIG_STAT  # the recording one is installed
+    for orig, now in ((filewatch._ORIG_STAT, os.stat), (filewatch._ORIG_OS_OPEN, os.open),
+                      (filewatch._ORIG_SCANDIR, os.scandir)):
+        for supports in (os.supports_dir_fd, os.supports_fd, os.supports_follow_symlinks):
+            assert (orig in supports) == (now in supports)
+    assert {os.open, os.stat} <= os.supports_dir_fd and os.scandir in os.supports_fd
+    assert shutil.rmtree.avoids_symlink_attacks
