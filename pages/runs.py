@@ -54,11 +54,12 @@ with head:
     st.title("Runs")
 total_all = core.runs_count()
 demo = core.demo_pipeline()
+read_only = bool(getattr(rw.store, "read_only", False))
 with demo_col:
     demo_clicked = st.button(
         "Create a demo run", icon=":material/auto_awesome:", type="primary" if total_all == 0 else "secondary",
-        disabled=demo is None or bool(getattr(rw.store, "read_only", False)), width="stretch",
-        help="The store is open read-only: nothing can be run" if getattr(rw.store, "read_only", False)
+        disabled=demo is None or read_only, width="stretch",
+        help="The store is open read-only: nothing can be run" if read_only
         else "Run the research demo pipeline on a sample question (offline simulator by default)"
         if demo is not None else f"The demo pipeline {core.DEMO_MODULE} is not available",
     )
@@ -202,7 +203,7 @@ if run.error or run.status in ("interrupted", "failed"):
     st.error(view.incomplete_message(run))
     if run.error:
         st.code(run.error, language=None)
-    if run.status in ("interrupted", "failed") and not getattr(rw.store, "read_only", False):
+    if run.status in ("interrupted", "failed") and not read_only:
         if st.button("Resume this run", icon=":material/play_arrow:", key=f"resume_{run.id}",
                      help="Carry on from the last committed step (a failed step runs again)"):
             with st.status(f"Resuming {run.id}…", expanded=True) as status:

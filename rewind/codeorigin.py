@@ -42,22 +42,16 @@ def _classify(name: str) -> str:
         return FRAMEWORK
     if name in sys.builtin_module_names or top == "builtins":
         return STDLIB
-    if top in sys.stdlib_module_names:
-        # by name, unless the file is elsewhere: a project's own `chunk.py` or `statistics.py`
-        # shadows the standard module of that name, and is the user's code (a dotted name
-        # not loaded is not looked for: finding it would import its package)
-        where = _location(name) if name in sys.modules or "." not in name else None
-        if where is None:
-            return STDLIB
-        real = os.path.realpath(where)
-        return USER if not real.startswith(_STDLIB_DIRS) and not any(
-            part in _SITE_PARTS for part in real.split(os.sep)) else STDLIB
-    where = _location(name)
-    if where is None:
-        return USER  # made at run time (exec, types.ModuleType): nothing installed owns it
+    # a standard module's name is the standard module unless its file is elsewhere: a project's
+    # own `chunk.py` or `statistics.py` shadows it, and is the user's code (a dotted name not
+    # loaded is not looked for: finding it would import its package)
+    standard = top in sys.stdlib_module_names
+    where = _location(name) if not standard or name in sys.modules or "." not in name else None
+    if where is None:  # not standard: made at run time (exec, types.ModuleType), nobody's package
+        return STDLIB if standard else USER
     real = os.path.realpath(where)
     if any(part in _SITE_PARTS for part in real.split(os.sep)):
-        return PACKAGE
+        return STDLIB if standard else PACKAGE
     if real.startswith(_STDLIB_DIRS):
         return STDLIB
     return USER

@@ -99,7 +99,6 @@ def cmd_run(args, out) -> int:
         return finish_run(run, out)
 
 
-
 def _saved(rw, row_run) -> int:
     """A listed run's saved tokens (rewind.costs), or its row's own cache savings when its
     steps cannot be read (a damaged run is still listed)."""
@@ -107,6 +106,7 @@ def _saved(rw, row_run) -> int:
         return rw.get_run(row_run.id).saved
     except RewindError:
         return row_run.tokens_saved
+
 
 def cmd_runs(args, out) -> int:
     with open_rewind(args) as rw:

@@ -113,7 +113,6 @@ def hook_set(hooks: list, persister: Any) -> Any:
     return _adapter_set([*adapters._adapters, _app.TracerFactoryContextHook(adapters)])  # noqa: SLF001
 
 
-
 def own_hooks(adapters: Any, recorder_type: type) -> Optional[tuple]:
     """(recorder, persister hook) when `adapters` is exactly `hook_set([recorder], persister)`:
     the step recorder, Burr's `PersisterHook` and the tracer-context hook `Application.__init__`
@@ -124,6 +123,7 @@ def own_hooks(adapters: Any, recorder_type: type) -> Optional[tuple]:
     if [type(a) for a in found] != [recorder_type, PersisterHook, _app.TracerFactoryContextHook]:
         return None
     return found[0], found[1]
+
 
 # adapter classes -> ({sync hook: adapter positions}, {async hook: positions}), as Burr's
 # `LifecycleAdapterSet.__init__` finds them by walking each class's MRO (~20 us a set): a

@@ -165,10 +165,7 @@ class NodeSpec:
         out.update(self.param_hashes)
         for k, v in (run_kwargs or {}).items():
             if not is_internal_key(k):  # Burr-injected (__context, __tracer): never hashed
-                out[f"input:{k}"] = param_hash(v, f"{self.node}.{k}")
-                form = value_form(v, f"{self.node}.{k}", out[f"input:{k}"])
-                if form is not None:
-                    out[f"form:input:{k}"] = form
+                add_keyed(out, "input", k, v, f"{self.node}.{k}")
         return out
 
     def input_hash(self, field_hashes: dict) -> str:
@@ -226,14 +223,19 @@ def node_spec(node: str, inner: Any, overrides: Optional[dict] = None,
     )
 
 
+def add_keyed(out: dict, kind: str, name: str, value: Any, path: str) -> None:
+    """`<kind>:<name>` (`param`, `input`) of a value, and `form:<kind>:<name>` for one with twins."""
+    hashed = out[f"{kind}:{name}"] = param_hash(value, path)
+    form = value_form(value, path, hashed)
+    if form is not None:
+        out[f"form:{kind}:{name}"] = form
+
+
 def param_key_parts(node: str, params: dict) -> dict:
-    """`param:<name>` (and `form:param:<name>` for a value with twins) of a node's params."""
-    out = {}
+    """The key parts of a node's params (`add_keyed`)."""
+    out: dict = {}
     for k, v in params.items():
-        out[f"param:{k}"] = param_hash(v, f"{node}.{k}")
-        form = value_form(v, f"{node}.{k}", out[f"param:{k}"])
-        if form is not None:
-            out[f"form:param:{k}"] = form
+        add_keyed(out, "param", k, v, f"{node}.{k}")
     return out
 
 

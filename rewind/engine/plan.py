@@ -137,7 +137,8 @@ def plan_fork(store: Any, pipeline: Any, parent_row: dict, at: str, *, edit: Opt
         row = PlanRow(s.node, s.occurrence, verdict, reason)
         if verdict in (RERUN, MAY_RERUN):
             changed.update(spec.writes)
-            row.est_tokens = step_cost(s) + (edit_growth(s, spec, edit) if step_cost(s) else 0)
+            cost = step_cost(s)  # a step that spent tokens puts the edit in its prompt
+            row.est_tokens = cost + (edit_growth(s, spec, edit) if cost else 0)
             row.est_dollars = step_dollars(s, prices)
         rows.append(row)
     est = sum(r.est_tokens for r in rows)
