@@ -39,6 +39,7 @@ from bench.scale import bench_fork_bytes, bench_page, bench_scale  # noqa: E402
 from bench.peers import bench_peers  # noqa: E402
 from bench.shape import bench_pg_round_trips, bench_queries, bench_shape  # noqa: E402
 from bench.speed import bench_hotpath, bench_overhead, bench_replay  # noqa: E402
+from bench.warmth import bench_warmth  # noqa: E402
 
 
 def main(argv: Optional[list] = None) -> int:
@@ -96,6 +97,7 @@ def main(argv: Optional[list] = None) -> int:
         replay = section("replay", bench_replay, fig, cfg, tmp)
         if replay:
             section("peers", bench_peers, fig, cfg, tmp, replay)
+        section("warmth", bench_warmth, fig, cfg, tmp)
         section("shape", bench_shape, fig, cfg, tmp)
         section("postgres", bench_pg_round_trips, fig, cfg)
         scale = section("synthetic store", synth.synthetic_store, cfg["runs"], log, args.rebuild,
