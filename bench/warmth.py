@@ -4,9 +4,9 @@ The same no-edit fork is timed right after another fork (its code and data still
 caches) and right after 8 ms of unrelated work (a spin that touches almost no memory: what
 the LangGraph peer and a user's click put between two forks). Beside it, in the same
 alternation, a pure-Python reference (JSON and arithmetic, no Rewind code) of about the same
-length. On a shared virtual machine the reference slows down after the gap by about as much as
-the fork does: the gap's cost is the machine's (caches shared with other tenants), and every
-figure of section 2 is measured after such a gap.
+length. On a shared virtual machine the reference slows down after the gap too (less than the
+fork, whose code and data are larger): part of the gap's cost is the machine's (caches shared
+with other tenants), and every figure of section 2 is measured after such a gap.
 """
 
 from __future__ import annotations
@@ -19,7 +19,6 @@ import rewind
 
 from bench import workload as W
 from bench.measure import Figures, median
-from bench.workload import FORK_AT
 
 GAP_S = 0.008
 _DOC = {f"k{i}": [i, str(i), {"x": i}] for i in range(120)}
@@ -46,7 +45,7 @@ def bench_warmth(fig: Figures, cfg: dict, tmp: str) -> None:
         root = rw.run(W.make_pipeline("bench8"), {"topic": W.topic(0)}, use_cache=False)
 
         def fork() -> None:
-            rw.fork(root.id, at=FORK_AT)
+            rw.fork(root.id, at=W.FORK_AT)
 
         series = {(name, warm): [] for name in ("fork", "reference") for warm in (True, False)}
         for fn in (fork, _reference):
@@ -64,7 +63,7 @@ def bench_warmth(fig: Figures, cfg: dict, tmp: str) -> None:
         m = {k: median(v) * 1e3 for k, v in series.items()}
         fig.add("warm_fork_ms", "W. no-edit fork right after another (warm caches)",
                 m[("fork", True)], "ms")
-        fig.add("cold_fork_ms", f"W. same fork after {GAP_S * 1e3:.0f} ms of other work (as in 2)",
+        fig.add("cold_fork_ms", f"W. same fork after {GAP_S * 1e3:.0f} ms of other work (section 2 forks after a gap)",
                 m[("fork", False)], "ms")
         fig.add("warm_per_node_us", "W. per replayed node, warm (total / 6)",
                 m[("fork", True)] / W.REPLAYED * 1e3, "us")
