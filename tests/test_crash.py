@@ -45,6 +45,8 @@ def two(state):
 def three(state):
     block = os.environ.get(BLOCK_ENV)
     if block:  # wait for a file that never appears; bounded, so a stray child cannot live forever
+        with open(block + ".entered", "w"):  # the test kills the child once this exists
+            pass
         deadline = time.monotonic() + 300
         while not os.path.exists(block) and time.monotonic() < deadline:
             time.sleep(0.01)
@@ -70,11 +72,28 @@ PIPELINE = Pipeline(
 NODES = ["one", "two", "three", "four"]
 
 
+@action(reads=["plan"], writes=["draft"])
+def two_cheap(state):  # no tokens, well under 20 ms: a step that rides the next commit
+    return state.update(draft={"text": state["plan"].upper(), "n": len(state["plan"])})
+
+
+CHEAP_PIPELINE = Pipeline(
+    name="crashy-cheap",
+    graph=GraphBuilder()
+    .with_actions(one=one, two=two_cheap, three=three, four=four)
+    .with_transitions(("one", "two"), ("two", "three"), ("three", "four"))
+    .build(),
+    entrypoint="one",
+)
+
+
 def child_main(argv: list) -> None:
     mode, url = argv[0], argv[1]
-    rw = Rewind(url, pipelines=[PIPELINE])
+    rw = Rewind(url, pipelines=[PIPELINE, CHEAP_PIPELINE])
     if mode == "run":
         rw.run(PIPELINE, {"topic": "a run that will be killed"})
+    elif mode == "cheap":
+        rw.run(CHEAP_PIPELINE, {"topic": "a cheap step before a long one"})
     elif mode == "busy":  # runs and forks until killed (bounded)
         last = None
         for i in range(500):
@@ -193,6 +212,33 @@ def test_sigkill_after_two_steps_then_recover_fork_and_resume(db_url, tmp_path):
         rw.resume(run_id)
     print(f"\n[{'postgres' if db_url.startswith('postgres') else 'sqlite'}] SIGKILL after step 2: "
           "interrupted, 2 steps readable, forked twice, resumed to 4/4 steps")
+    rw.close()
+
+
+def test_a_cheap_step_is_durable_before_a_long_one_starts(db_url, tmp_path):
+    """Step two spends no tokens and takes no time, so it may ride along with a later commit;
+    but step three blocks, and a SIGKILL while it does must not lose step two (a resume would
+    have to compute it again, perhaps differently)."""
+    block = tmp_path / "never-appears"
+    child = spawn("cheap", db_url, {BLOCK_ENV: str(block)})
+    try:
+        poll(lambda: os.path.exists(str(block) + ".entered"), child, "step three to start")
+        kill(child)
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+    check_database(db_url)
+    rw = Rewind(db_url, pipelines=[CHEAP_PIPELINE])
+    (run,) = rw.list_runs(pipeline="crashy-cheap")
+    run = rw.get_run(run.id)
+    assert run.status == "interrupted"
+    assert [(s.node, s.status) for s in run.steps] == [("one", "executed"), ("two", "executed")]
+    assert run.step("two").outputs == {"draft": {"text": "PLAN: A CHEAP STEP BEFORE A LONG ONE", "n": 36}}
+    assert rw.state_at(run.step("two"))["draft"]["n"] == 36  # Burr's state row is there too
+    resumed = rw.resume(run.id)
+    assert resumed.status == "completed", resumed.error
+    assert [(s.node, s.status) for s in resumed.steps][:2] == [("one", "executed"), ("two", "executed")]
     rw.close()
 
 

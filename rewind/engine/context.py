@@ -356,6 +356,14 @@ class ExecutionContext:
             self._scanned = len(rows)
         return self._costly
 
+    def settle_before_running(self) -> None:
+        """Commit an executed step still riding along before another node runs: that node
+        may block for as long as it likes, and a crash meanwhile must not lose a step a resume
+        would have to compute again, perhaps differently. (Served visits keep riding: a cache
+        hit is reproduced exactly.)"""
+        if any(r["status"] == StepStatus.EXECUTED for r in self.pending_rows):
+            self.commit()
+
     def take_decided(self, node: str) -> Any:
         """The visit of `node` the stepper already keyed (then handed to Burr), if any."""
         visit, self.decided = self.decided, None

@@ -101,6 +101,8 @@ class Stepper:
                     self._fire(action, current, state, given, after, dict(visit.outputs), None)
                     return
             ctx.decided = visit  # Burr's step runs it (or raises as Burr does)
+        if given is None or visit.outputs is None:  # a node is about to run
+            ctx.settle_before_running()
         self.burr_app().step(inputs=inputs)
 
     # --- a step taken here --------------------------------------------------------------------
