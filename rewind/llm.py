@@ -21,13 +21,12 @@ import os
 import re
 import threading
 import time
-import urllib.parse
 from collections.abc import Iterable
 from typing import Any, Iterator, Optional
 
 from . import openai_meter, sim
 from .errors import ProviderError
-from .redaction import redact
+from .redaction import redact, redact_url
 from .metering import current_meter, record_usage  # record_usage: part of the public contract
 
 __all__ = [
@@ -208,17 +207,8 @@ def _effective_model(requested: Optional[str], cfg: dict) -> str:
 
 
 def _redact_url(url: str) -> str:
-    """The URL without any user:password part (some proxies put a key there)."""
-    try:
-        parts = urllib.parse.urlsplit(url)
-    except ValueError:
-        return "<invalid url>"
-    if parts.username or parts.password:
-        host = parts.hostname or ""
-        if parts.port:
-            host += f":{parts.port}"
-        parts = parts._replace(netloc="***@" + host)
-    return urllib.parse.urlunsplit(parts)
+    """The URL without its user part, password or secret-named query values."""
+    return redact_url(url, hide_user=True)
 
 
 def endpoint_identity() -> str:

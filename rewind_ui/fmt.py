@@ -14,9 +14,9 @@ import html
 import json
 import math
 import re
-import urllib.parse
 from typing import Any, Optional
 
+from rewind.redaction import redact_url
 from rewind.fmt import (  # noqa: F401  (one formatting library for the CLI and the pages)
     fmt_bytes, fmt_count, fmt_ms, fmt_tokens, fmt_ts, latency_value, short_hash, truncate,
 )
@@ -170,27 +170,8 @@ def run_label(row: Any) -> str:
 
 
 def mask_url(url: Any) -> str:
-    """A store URL with any password replaced by ***: `postgresql://u:***@host/db`."""
-    s = "" if url is None else str(url)
-    if "://" not in s:
-        return s
-    try:
-        parts = urllib.parse.urlsplit(s)
-    except ValueError:
-        return "<unparseable url>"
-    netloc = parts.netloc
-    if parts.password is not None:
-        host = parts.hostname or ""
-        if parts.port:
-            host += f":{parts.port}"
-        netloc = f"{parts.username or ''}:***@{host}"
-    query = parts.query
-    if query:
-        pairs = urllib.parse.parse_qsl(query, keep_blank_values=True)
-        query = urllib.parse.urlencode(
-            [(k, "***" if k.lower() in ("password", "pass", "pwd", "sslpassword") else v) for k, v in pairs]
-        )
-    return urllib.parse.urlunsplit(parts._replace(netloc=netloc, query=query))
+    """A store or model URL with any password or secret query value replaced by ***."""
+    return redact_url(url)
 
 
 def step_key(node: str, occurrence: int = 1) -> str:

@@ -73,3 +73,34 @@ def test_a_key_the_endpoint_echoes_is_not_stored(tmp_path, monkeypatch, endpoint
     for path in glob.glob(db + "*"):
         with open(path, "rb") as f:
             assert secret.encode() not in f.read(), path
+
+
+@pytest.mark.parametrize("reachable", [True, False])
+def test_credentials_in_the_base_url_are_not_stored(tmp_path, monkeypatch, endpoint, reachable):
+    """A gateway may take its key in the URL (`?api_key=`, a user:password part); a failed call's
+    error named the base URL with the query left in, so the key was stored and shown to every
+    visitor who could list the run."""
+    base = endpoint if reachable else "http://127.0.0.1:9/v1"  # port 9: nothing listens
+    url = base.replace("http://", "http://alice:PW-SECRET-77@") + "?api_key=Q-SECRET-88&api-version=2024"
+    monkeypatch.setenv("OPENAI_API_KEY", "not-a-secret-here")
+    monkeypatch.setenv("OPENAI_BASE_URL", url)
+
+    @action(reads=["topic"], writes=["out"])
+    def ask(state):
+        return state.update(out=rewind.llm.chat([{"role": "user", "content": state["topic"]}],
+                                                model="gpt-4o-mini"))
+
+    pipeline = Pipeline("url-creds", GraphBuilder().with_actions(ask=ask).build(), "ask")
+    db = str(tmp_path / "u.db")
+    with Rewind(db) as rw:
+        run = rw.run(pipeline, {"topic": "bees"})
+        assert run.status == "failed"
+        step = rw.get_run(run.id).steps[0]
+        shown = json.dumps([run.error, step.error, step.reason, step.calls,
+                            rewind.llm.provider_info()], default=str)
+        assert "api-version=2024" in shown  # the URL is still named, its secrets are not
+        assert "Q-SECRET-88" not in shown and "PW-SECRET-77" not in shown, shown
+    for path in glob.glob(db + "*"):
+        with open(path, "rb") as f:
+            data = f.read()
+            assert b"Q-SECRET-88" not in data and b"PW-SECRET-77" not in data, path

@@ -551,6 +551,8 @@ def test_formatting_helpers():
     assert fmt.mask_url("postgresql://rw:s3cret@db:5432/rewind") == "postgresql://rw:***@db:5432/rewind"
     assert fmt.mask_url("/tmp/x.db") == "/tmp/x.db"
     assert "s3cret" not in fmt.mask_url("postgresql://db/rewind?user=rw&password=s3cret")
+    masked = fmt.mask_url("http://alice:PW@[::1]:9/v1?api_key=Q&access_token=T&api-version=1")
+    assert masked == "http://alice:***@[::1]:9/v1?api_key=***&access_token=***&api-version=1"
     escaped = fmt.md_escape(XSS_SCRIPT + " **bold** :red[x] $x$")
     assert "<" not in escaped and "**" not in escaped and ":red[" not in escaped
     # an apostrophe shows as typed (html.escape's `&#x27;` lost its `#` to the markdown escape)

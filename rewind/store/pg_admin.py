@@ -12,21 +12,15 @@ from typing import Optional
 from urllib.parse import urlsplit, urlunsplit
 
 from ..errors import InvalidRequest, StoreError
+from ..redaction import redact_url
 
 CONNECT_TIMEOUT_S = 10
 _DB_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 
 
 def redact(url: str) -> str:
-    """The url without its password, for messages."""
-    try:
-        parts = urlsplit(url)
-    except ValueError:
-        return "postgresql://…"
-    if parts.password is None:
-        return url
-    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
-    return urlunsplit(parts._replace(netloc=netloc))
+    """The url without its password (or secret-named query values), for messages."""
+    return redact_url(url)
 
 
 def _with_dbname(url: str, dbname: str) -> str:
