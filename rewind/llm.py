@@ -432,6 +432,9 @@ def chat(
     openai_meter.install()  # the tokens of this call are metered on the request path
     if isinstance(messages, (str, bytes)) or not isinstance(messages, Iterable):
         raise ProviderError("chat() takes a list of messages like [{'role': 'user', 'content': '...'}]")
+    if isinstance(model, str) and not model.strip():  # else the default would answer, unsaid
+        raise ProviderError("chat(model=...) is empty: name a model (for example 'gpt-4o-mini') "
+                            "or leave it out for the configured default")
     msgs = [dict(m) if isinstance(m, dict) else m for m in messages]
     init_s = warm_up()
     if init_s:  # one-time start-up work is not this step's latency: the engine subtracts it

@@ -440,3 +440,20 @@ def test_credentials_in_base_url_are_redacted(monkeypatch):
     info = llm.provider_info()
     assert "SECRETVALUE" not in repr(info)
     assert info["base_url"] == "https://***@proxy.example/v1"
+
+
+@pytest.mark.parametrize("model", ["", "   "])
+def test_an_empty_model_is_refused_not_silently_the_default(model):
+    # a fork that cleared the model field ran with the default model and called it a change
+    with pytest.raises(ProviderError, match="empty"):
+        llm.chat([{"role": "user", "content": "hi"}], model=model)
+
+
+def test_a_fork_that_empties_the_model_param_fails_at_that_node(tmp_path):
+    from rewind import Rewind
+    from rewind.pipelines.research import pipeline
+    with Rewind(str(tmp_path / "m.db")) as rw:
+        run = rw.run(pipeline, dict(pipeline.sample_state))
+        fork = rw.fork(run.id, at="critique", params={"model": ""})
+        assert fork.status == "failed"
+        assert "empty" in (fork.step("critique").error or "")
