@@ -8,6 +8,7 @@ and again at whatever point it has reached and checks nothing is ever lost or le
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -61,30 +62,25 @@ def four(state, words: int = 3):
     return state.update(summary=" ".join(state["report"].split()[:words]))
 
 
-PIPELINE = Pipeline(
-    name="crashy",
-    graph=GraphBuilder()
-    .with_actions(one=one, two=two, three=three, four=four)
-    .with_transitions(("one", "two"), ("two", "three"), ("three", "four"))
-    .build(),
-    entrypoint="one",
-)
-NODES = ["one", "two", "three", "four"]
-
-
 @action(reads=["plan"], writes=["draft"])
 def two_cheap(state):  # no tokens, well under 20 ms: a step that rides the next commit
     return state.update(draft={"text": state["plan"].upper(), "n": len(state["plan"])})
 
 
-CHEAP_PIPELINE = Pipeline(
-    name="crashy-cheap",
-    graph=GraphBuilder()
-    .with_actions(one=one, two=two_cheap, three=three, four=four)
-    .with_transitions(("one", "two"), ("two", "three"), ("three", "four"))
-    .build(),
-    entrypoint="one",
-)
+def crashy(name: str, second) -> Pipeline:
+    return Pipeline(
+        name=name,
+        graph=GraphBuilder()
+        .with_actions(one=one, two=second, three=three, four=four)
+        .with_transitions(("one", "two"), ("two", "three"), ("three", "four"))
+        .build(),
+        entrypoint="one",
+    )
+
+
+PIPELINE = crashy("crashy", two)
+CHEAP_PIPELINE = crashy("crashy-cheap", two_cheap)
+NODES = ["one", "two", "three", "four"]
 
 
 def child_main(argv: list) -> None:
@@ -129,6 +125,17 @@ def kill(child: subprocess.Popen) -> None:
     assert child.returncode == -signal.SIGKILL
 
 
+@contextlib.contextmanager
+def reaped(child: subprocess.Popen):
+    """The child, killed and reaped on the way out whatever the test did (never left running)."""
+    try:
+        yield child
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+
+
 def check_database(url: str) -> None:
     if url.startswith("postgres"):
         import psycopg2
@@ -157,7 +164,7 @@ def step_rows(store, run_id: str) -> list:
 # --- tests -------------------------------------------------------------------------------------
 def test_sigkill_after_two_steps_then_recover_fork_and_resume(db_url, tmp_path):
     child = spawn("run", db_url, {BLOCK_ENV: str(tmp_path / "never-appears")})
-    try:
+    with reaped(child):
         watcher = Rewind(db_url)
 
         def two_steps_done():
@@ -171,10 +178,6 @@ def test_sigkill_after_two_steps_then_recover_fork_and_resume(db_url, tmp_path):
         assert again.get_run(run_id).status == "running"
         again.close()
         kill(child)
-    finally:
-        if child.poll() is None:
-            child.kill()
-            child.wait()
 
     check_database(db_url)
     assert watcher.get_run(run_id).status == "running"  # nobody has looked yet
@@ -221,13 +224,9 @@ def test_a_cheap_step_is_durable_before_a_long_one_starts(db_url, tmp_path):
     have to compute it again, perhaps differently)."""
     block = tmp_path / "never-appears"
     child = spawn("cheap", db_url, {BLOCK_ENV: str(block)})
-    try:
+    with reaped(child):
         poll(lambda: os.path.exists(str(block) + ".entered"), child, "step three to start")
         kill(child)
-    finally:
-        if child.poll() is None:
-            child.kill()
-            child.wait()
     check_database(db_url)
     rw = Rewind(db_url, pipelines=[CHEAP_PIPELINE])
     (run,) = rw.list_runs(pipeline="crashy-cheap")

@@ -33,6 +33,26 @@ class _EchoesTheKey(BaseHTTPRequestHandler):
         pass
 
 
+def failed_run_text(db: str, ask) -> str:
+    """Run the one-node pipeline `ask` (its model call fails) and return, as JSON text,
+    everything the store keeps and the dashboard shows of the failure."""
+    pipeline = Pipeline("ask", GraphBuilder().with_actions(ask=ask).build(), "ask")
+    with Rewind(db) as rw:
+        run = rw.run(pipeline, {"topic": "bees"})
+        assert run.status == "failed"
+        step = rw.get_run(run.id).steps[0]
+        return json.dumps([run.error, step.error, step.reason, step.calls], default=str)
+
+
+def assert_not_in_files(db: str, *secrets: str) -> None:
+    """No byte of any secret in the database file or its -wal / -shm."""
+    for path in glob.glob(db + "*"):
+        with open(path, "rb") as f:
+            data = f.read()
+        for secret in secrets:
+            assert secret.encode() not in data, (path, secret)
+
+
 @pytest.fixture
 def endpoint():
     server = HTTPServer(("127.0.0.1", 0), _EchoesTheKey)
@@ -61,18 +81,11 @@ def test_a_key_the_endpoint_echoes_is_not_stored(tmp_path, monkeypatch, endpoint
             text = client.chat.completions.create(model="gpt-4o-mini", messages=messages).choices[0].message.content
         return state.update(out=text)
 
-    pipeline = Pipeline("echo", GraphBuilder().with_actions(ask=ask).build(), "ask")
     db = str(tmp_path / "k.db")
-    with Rewind(db) as rw:
-        run = rw.run(pipeline, {"topic": "bees"})
-        assert run.status == "failed"
-        step = rw.get_run(run.id).steps[0]
-        shown = json.dumps([run.error, step.error, step.reason, [c for c in step.calls]], default=str)
-        assert "Invalid API key" in shown  # the message is kept, the key is not
-        assert secret not in shown
-    for path in glob.glob(db + "*"):
-        with open(path, "rb") as f:
-            assert secret.encode() not in f.read(), path
+    shown = failed_run_text(db, ask)
+    assert "Invalid API key" in shown  # the message is kept, the key is not
+    assert secret not in shown
+    assert_not_in_files(db, secret)
 
 
 @pytest.mark.parametrize("reachable", [True, False])
@@ -90,17 +103,8 @@ def test_credentials_in_the_base_url_are_not_stored(tmp_path, monkeypatch, endpo
         return state.update(out=rewind.llm.chat([{"role": "user", "content": state["topic"]}],
                                                 model="gpt-4o-mini"))
 
-    pipeline = Pipeline("url-creds", GraphBuilder().with_actions(ask=ask).build(), "ask")
     db = str(tmp_path / "u.db")
-    with Rewind(db) as rw:
-        run = rw.run(pipeline, {"topic": "bees"})
-        assert run.status == "failed"
-        step = rw.get_run(run.id).steps[0]
-        shown = json.dumps([run.error, step.error, step.reason, step.calls,
-                            rewind.llm.provider_info()], default=str)
-        assert "api-version=2024" in shown  # the URL is still named, its secrets are not
-        assert "Q-SECRET-88" not in shown and "PW-SECRET-77" not in shown, shown
-    for path in glob.glob(db + "*"):
-        with open(path, "rb") as f:
-            data = f.read()
-            assert b"Q-SECRET-88" not in data and b"PW-SECRET-77" not in data, path
+    shown = failed_run_text(db, ask) + json.dumps(rewind.llm.provider_info())
+    assert "api-version=2024" in shown  # the URL is still named, its secrets are not
+    assert "Q-SECRET-88" not in shown and "PW-SECRET-77" not in shown, shown
+    assert_not_in_files(db, "Q-SECRET-88", "PW-SECRET-77")
