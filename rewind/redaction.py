@@ -19,10 +19,10 @@ KEY_VARIABLES = ("OPENAI_API_KEY",)  # where the process's keys come from
 URL_MASK = "***"
 # a query parameter whose name says it holds a credential (api_key, x-api-key, access_token,
 # client_secret, password, sig, code...)
-_SECRET_NAME = re.compile(r"(?i)(key|token|secret|pass|pwd|auth|sig|credential|session|code)")
-_SECRET_PARAM = re.compile(
-    r"(?i)([?&;][\w.\-]*(?:key|token|secret|pass|pwd|auth|sig|credential|session|code)[\w.\-]*=)"
-    r"[^&#\s'\"<>]+")
+_SECRET_WORDS = "key|token|secret|pass|pwd|auth|sig|credential|session|code"
+_SECRET_NAME = re.compile(f"(?i)(?:{_SECRET_WORDS})")
+_SECRET_PARAM = re.compile(  # the same, inside free text: `...?api_key=abc&...`
+    rf"(?i)([?&;][\w.\-]*(?:{_SECRET_WORDS})[\w.\-]*=)" r"[^&#\s'\"<>]+")
 _USERINFO = re.compile(r"(://[^/\s:@'\"<>]*):[^/\s@'\"<>]+@")
 
 
