@@ -18,11 +18,6 @@ CONNECT_TIMEOUT_S = 10
 _DB_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 
 
-def redact(url: str) -> str:
-    """The url without its password (or secret-named query values), for messages."""
-    return redact_url(url)
-
-
 def _with_dbname(url: str, dbname: str) -> str:
     parts = urlsplit(url)
     return urlunsplit(parts._replace(path="/" + dbname))
@@ -45,7 +40,7 @@ def _admin_connect(url: str):
             continue
         conn.autocommit = True
         return conn
-    raise StoreError(f"cannot connect to the server of {redact(url)}: {last}")
+    raise StoreError(f"cannot connect to the server of {redact_url(url)}: {last}")
 
 
 def create_test_database(base_url: str, prefix: str = "rewind_t") -> str:
@@ -56,7 +51,7 @@ def create_test_database(base_url: str, prefix: str = "rewind_t") -> str:
     if not _DB_NAME.match(name):
         raise InvalidRequest(f"database name {name!r} is not a plain identifier")
     _admin_run(base_url, f'CREATE DATABASE "{name}" TEMPLATE template0 ENCODING \'UTF8\'',
-               f"cannot create database {name} on {redact(base_url)}")
+               f"cannot create database {name} on {redact_url(base_url)}")
     return _with_dbname(base_url, name)
 
 

@@ -22,9 +22,10 @@ from typing import Any, Iterator, Optional, Sequence
 
 from ..errors import InvalidRequest, StoreError
 from ..hashing import sha256_hex
+from ..redaction import redact_url
 from .blobs import blob_insert
 from .burr_state import BlobRefPersisterMixin
-from .pg_admin import CONNECT_TIMEOUT_S, redact
+from .pg_admin import CONNECT_TIMEOUT_S
 from .rows import PARTITION_KEY
 from .schema import BURR_TABLE, SEARCH_COLUMNS
 from .sql import chunks, invalid_unicode
@@ -144,7 +145,7 @@ class PostgresStore(SQLStore):
 
     def __init__(self, url: str, read_only: Optional[bool] = None):
         self.dsn = url
-        super().__init__(redact(url), read_only=bool(read_only),
+        super().__init__(redact_url(url), read_only=bool(read_only),
                          read_only_reason="asked to open it read-only" if read_only else "")
 
     # connections ---------------------------------------------------------------------------
