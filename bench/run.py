@@ -33,6 +33,7 @@ if os.environ.get("REWIND_BENCH_PATH"):
 
 from bench import synth  # noqa: E402
 from bench.measure import Figures, log  # noqa: E402
+from bench.floor import bench_floor  # noqa: E402
 from bench.profiling import profile_replay, sql_per_fork  # noqa: E402
 from bench.report import loadavg, machine, table, write_markdown  # noqa: E402
 from bench.scale import bench_fork_bytes, bench_page, bench_scale  # noqa: E402
@@ -94,6 +95,7 @@ def main(argv: Optional[list] = None) -> int:
 
     try:
         section("overhead", bench_overhead, fig, cfg, tmp)
+        section("floor", bench_floor, fig, cfg, tmp)
         replay = section("replay", bench_replay, fig, cfg, tmp)
         if replay:
             section("peers", bench_peers, fig, cfg, tmp, replay)
