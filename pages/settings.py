@@ -63,7 +63,7 @@ with st.form("provider_form", clear_on_submit=True):
         "Provider", list(ms.PROVIDERS), horizontal=True, index=list(ms.PROVIDERS).index(cur["provider"]),
         help="auto: the server's choice (the simulator unless OPENAI_API_KEY / OPENAI_BASE_URL are set)",
     )
-    base_url = st.text_input("OpenAI-compatible base URL", value=cur["base_url"],
+    base_url = st.text_input("OpenAI-compatible base URL", value=ms.shown_base_url(),
                              placeholder="empty: the server's base URL")
     model = st.text_input("Model", value=cur["model"], placeholder="e.g. gpt-4o-mini (empty: the default)")
     own_key = st.text_input(

@@ -23,6 +23,8 @@ import streamlit as st
 
 import rewind
 
+from .fmt import mask_url
+
 PROVIDERS = ("auto", "simulator", "openai")
 DEFAULT_TEMPERATURE = 0.7
 _SETTINGS = "_model_settings"   # {"provider", "base_url", "model"}: None = the server's
@@ -47,6 +49,12 @@ def current() -> dict:
             "model": s.get("model") or "", "own_key": bool(st.session_state.get(_KEY))}
 
 
+def shown_base_url() -> str:
+    """The session's base URL as its input box shows it: a password or a secret query value
+    masked (`fmt.mask_url`), for the box's value reaches the browser."""
+    return mask_url(current()["base_url"])
+
+
 def customised() -> bool:
     s = st.session_state.get(_SETTINGS) or {}
     return any(s.get(k) for k in ("provider", "base_url", "model")) or bool(st.session_state.get(_KEY))
@@ -59,6 +67,12 @@ def apply(provider: str, base_url: str, model: str, api_key: Optional[str] = Non
     if p not in PROVIDERS:
         raise SettingsError(f"unknown provider {provider!r}: choose one of {', '.join(PROVIDERS)}")
     url = (base_url or "").strip()
+    chosen = (st.session_state.get(_SETTINGS) or {}).get("base_url") or ""
+    if chosen and url == mask_url(chosen):  # the box's masked value, untouched: the URL stays
+        url = chosen
+    elif "***" in url:  # an edited masked URL would send *** as the password
+        raise SettingsError("the base URL still holds a masked secret (***): type the whole URL "
+                            "again, with its password or key")
     if url and not re.match(r"^https?://[^\s/]+", url, re.I):
         raise SettingsError("the base URL must start with http:// or https:// and name a host")
     if not supported():

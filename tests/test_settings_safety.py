@@ -166,6 +166,26 @@ def test_an_own_key_without_a_base_url_goes_to_the_servers_url(servers):
     assert not servers["capture"].seen
 
 
+def test_a_password_in_the_base_url_is_never_drawn_back(servers):
+    """Seen by a stranger: after Apply, the base URL box was refilled with the URL as typed,
+    password and `api_key=` query value included, in the page's DOM. The box shows it masked;
+    applying the masked form unchanged keeps the real URL (so editing the model alone works)."""
+    capture = servers["capture"]
+    secret_url = capture.url.replace("http://", "http://bob:pw-s3cret-99@") + "?api_key=qk-s3cret-42"
+    bob = apply(session(), base_url=secret_url, provider="openai")
+    page = dump(bob)
+    assert "pw-s3cret-99" not in page and "qk-s3cret-42" not in page
+    shown = bob.text_input[0].value
+    assert "***" in shown and "pw-s3cret-99" not in shown, shown
+    edited = apply(bob, base_url=shown.replace("/v1", "/v2"), provider="openai")
+    assert any("masked secret" in e.value for e in edited.error)
+    bob = apply(edited, base_url=shown, model="sim-small", provider="openai")
+    assert "pw-s3cret-99" not in dump(bob)
+    assert bob.session_state["_model_settings"]["base_url"] == secret_url
+    start_uncached_run(bob)
+    assert capture.seen, "the run did not reach the base URL bob chose"
+
+
 def test_bad_base_url_is_refused_and_nothing_changes(servers):
     bob = apply(session(), base_url="file:///etc/passwd")
     assert any("must start with http" in e.value for e in bob.error)
