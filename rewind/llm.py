@@ -182,7 +182,10 @@ def _resolve() -> dict:
     if provider == OPENAI and _is_sim_model(chosen):
         chosen = None  # a simulator model name chosen for the simulator means nothing here
     return {"provider": provider, "base_url": base_url, "model": chosen or default_model,
-            "model_chosen": bool(chosen), "key": key}
+            "model_chosen": bool(chosen), "key": key,
+            # whose key a 401 is about (its hint names where to fix it)
+            "key_source": "session" if own_key else ("server" if key else
+                                                     ("withheld" if env_key else None))}
 
 
 def _is_sim_model(name: Optional[str]) -> bool:
@@ -378,6 +381,15 @@ def reset() -> None:
 # Calls
 
 
+def _unauthorized_hint(source: Optional[str]) -> str:
+    return {
+        "session": "check the API key given for this session on the Settings page",
+        "server": "check OPENAI_API_KEY",
+        "withheld": "no API key was sent: the server's OPENAI_API_KEY goes only to its own "
+                    "OPENAI_BASE_URL; give a key of your own for this base URL",
+    }.get(source, "no API key was sent: set OPENAI_API_KEY")
+
+
 def _provider_error(exc: Exception, cfg: dict, model: str) -> ProviderError:
     import openai
 
@@ -388,7 +400,7 @@ def _provider_error(exc: Exception, cfg: dict, model: str) -> ProviderError:
         detail = body.get("message") if isinstance(body, dict) else None
         detail = detail or getattr(exc, "message", "") or str(exc)
         hint = {
-            401: "check OPENAI_API_KEY",
+            401: _unauthorized_hint(cfg.get("key_source")),
             403: "the key has no access to this model or endpoint",
             404: f"the endpoint does not know model {model!r} or the URL path; "
                  "choose a model with REWIND_MODEL or configure(model=...)",

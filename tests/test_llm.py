@@ -402,6 +402,29 @@ def test_provider_error_messages_never_contain_the_key(server, monkeypatch):
     assert info.value.__cause__ is None
 
 
+@pytest.mark.parametrize("own_key, session_url, hint", [
+    (None, False, "check OPENAI_API_KEY"),
+    ("sk-own-" + "o" * 20, False, "the API key given for this session on the Settings page"),
+    (None, True, "no API key was sent: the server's OPENAI_API_KEY goes only to its own"),
+])
+def test_a_401_names_the_key_it_is_about(server, monkeypatch, own_key, session_url, hint):
+    """Seen by a stranger: a 401 from a base URL chosen on Settings said "check OPENAI_API_KEY",
+    a key that URL is never sent; the hint names the key that was (or was not) sent."""
+    _srv, base_url = server
+    monkeypatch.setenv("OPENAI_API_KEY", SECRET)
+    monkeypatch.setenv("OPENAI_BASE_URL", base_url)
+    llm.reset_client()
+    simulator.inject_errors([401])
+    # the same server under another spelling: a base URL of the session's, not the server's
+    chosen = base_url.replace("127.0.0.1", "localhost") if session_url else None
+    with llm.session_settings(provider="openai", base_url=chosen, api_key=own_key):
+        with pytest.raises(ProviderError) as info:
+            llm.chat(HELLO)
+    assert "401" in str(info.value) and hint in str(info.value), str(info.value)
+    if hint != "check OPENAI_API_KEY":
+        assert "check OPENAI_API_KEY" not in str(info.value)
+
+
 def test_provider_choice_and_configure(monkeypatch):
     assert llm.provider_info()["provider"] == "simulator"
     assert llm.provider_info()["model"] == "sim-small"
