@@ -132,7 +132,7 @@ errors = edit_errors + param_errors
 # --- preview -----------------------------------------------------------------------------------
 st.subheader("What will change")
 for e in errors:
-    st.error(f"Field **{md(e.field)}** {md(e.message)} Nothing will run until it is fixed.")
+    st.error(f"Field **{md(e.field)}** {md(e.sentence)} Nothing will run until it is fixed.")
 if errors:
     pass  # a field that cannot be read is not "no changes": the errors above say what to fix
 elif not edit and not params:

@@ -25,6 +25,12 @@ class FieldError(ValueError):
         self.field = field
         self.message = message
 
+    @property
+    def sentence(self) -> str:
+        """The message as a sentence (a page puts another one after it)."""
+        m = self.message.rstrip()
+        return m if m.endswith((".", "!", "?")) else m + "."
+
 
 def kind_of(value: Any) -> str:
     if isinstance(value, bool):
@@ -79,8 +85,11 @@ def parse_value(kind: str, raw: Any, field: str) -> Any:
         try:
             return json.loads(text, parse_constant=_refuse_constant, parse_float=_finite_float)
         except _NotANumber as e:
-            raise FieldError(field, f"is {e}, which is not a number a run can record; write a "
-                                    "finite number (for example 0 or 42)") from None
+            # the whole value, or a number somewhere inside a list or object
+            where = "is" if text.strip().lstrip("-") == str(e).lstrip("-") else "holds"
+            there = "" if where == "is" else " there"
+            raise FieldError(field, f"{where} {e}, which is not a number a run can record; write "
+                                    f"a finite number{there} (for example 0 or 42)") from None
         except json.JSONDecodeError as e:
             raise FieldError(
                 field, f"is not valid JSON: {e.msg} at line {e.lineno}, column {e.colno}"

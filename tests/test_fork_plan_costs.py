@@ -83,6 +83,16 @@ def test_small_guards_name_what_was_wrong(tmp_path):
     with pytest.raises(FieldError, match="1e400"):
         parse_value("json", "1e400", "seed")
     assert parse_value("json", "1.5", "seed") == 1.5
+    # a number inside an object is not the field itself; the page adds a sentence after it
+    with pytest.raises(FieldError) as inside:
+        parse_value("json", '{"a": [1, Infinity]}', "config")
+    assert inside.value.message.startswith("holds Infinity") and "finite number there" in inside.value.message
+    with pytest.raises(FieldError) as whole:
+        parse_value("json", "-Infinity", "seed")
+    assert whole.value.message.startswith("is -Infinity")
+    with pytest.raises(FieldError) as bad:
+        parse_value("json", "{", "config")
+    assert bad.value.sentence.endswith("column 2.") and not bad.value.message.endswith(".")
     with rewind.Rewind(str(tmp_path / "p.db"), pipelines=[PIPELINE]) as rw:
         root = rw.run(PIPELINE, {"question": "Why is the sky blue?"})
         text = "line\n" * 1000
