@@ -24,6 +24,9 @@
        already in the total, are zeroed; the trigger that followed them is dropped. And the
        runs' parent and owner indexes hold only runs that have one (a first run, a
        single-user run: one index entry and page fewer each)
+    9  runs.turns_json: per call that drove a run (`run`, each `resume`), its first step and
+       halt conditions, so that a fork replays each later turn as that call (engine.turns).
+       A run of an older version has none: its forks stop at its step count, as before
 
 Opening a database whose version is current reads one row and runs no DDL, takes no lock.
 Otherwise the opener takes the schema lock (`pg_advisory_xact_lock` on PostgreSQL, BEGIN
@@ -162,6 +165,7 @@ MIGRATIONS = (
     Migration(7, "the search index takes new runs in batches",
               lambda store: store._batch_search_index()),
     Migration(8, "cache hits counted once per commit, in cache_stat; partial runs_parent, runs_owner", _version_8),
+    Migration(9, "runs.turns_json: the calls that drove a run", _add_columns_since(9)),
 )
 SCHEMA_VERSION = MIGRATIONS[-1].version
 

@@ -107,6 +107,8 @@ RUNS = Table(
         C("fork_index", INT, default=0, kind="int"),
         # who the run belongs to (a signed-in user's email); NULL: single-user mode
         C("owner", kind="text", since=3),
+        # per call that drove it (run, then each resume): its first step and halts (engine.turns)
+        C("turns_json", kind="json", since=9),
     ),
     primary_key=("id",),
     indexes=(("runs_created", ("created_at",)), ("runs_pipeline", ("pipeline", "created_at")),
