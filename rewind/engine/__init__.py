@@ -8,6 +8,7 @@
     recorder     Burr's post-run-step hook: steps into rows; rows back into Steps
     stepper      one visit at a time: served ones stepped as Burr would, the rest by Burr
     runner       driving an execution with halts and runtime inputs; starting a first run
+    turns        Halts, and the calls (turns) a run was driven with, which a fork replays
     fork         forking at a node visit; the next visit of a stopped run
     resume       continuing a halted, failed or interrupted run in place
     liveness     run ownership and heartbeats
@@ -20,11 +21,12 @@ from .liveness import Heartbeat, owner_fields
 from .pipeline import Pipeline, load_pipeline_spec
 from .recorder import StepRecorder, step_from_row, steps_from_rows
 from .resume import resume_run
-from .runner import Halts, execute, new_run_id, start_run, summarize_state
+from .runner import execute, new_run_id, start_run, summarize_state
+from .turns import Halts, Turn
 
 __all__ = [
     "CURRENT", "ExecutionContext", "StepRecord", "NextVisit", "fork_run", "next_visit",
     "Heartbeat", "owner_fields", "Pipeline", "load_pipeline_spec", "StepRecorder",
-    "step_from_row", "steps_from_rows", "resume_run", "Halts", "execute", "new_run_id",
+    "step_from_row", "steps_from_rows", "resume_run", "Halts", "Turn", "execute", "new_run_id",
     "start_run", "summarize_state",
 ]

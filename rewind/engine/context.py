@@ -131,6 +131,12 @@ class ExecutionContext:
         self.param_overrides = normalize_overrides(param_overrides)
         self.inputs = dict(inputs or {})          # runtime inputs for every step (run, resume)
         self.replay_inputs: dict = {}             # (node, occurrence) -> recorded inputs (fork)
+        # the calls this execution replays or records (`turns`): None for a run recorded
+        # before turns were; a fork's later turns, their inputs, and the one it is in
+        self.turns: Optional[list] = None
+        self.later_turns: list = []
+        self.turn_inputs: Optional[list] = None
+        self.turn = 0
         # edits made by ancestor forks at visits this execution has yet to reach
         self.replay_edits: dict = {}
         self.parent_steps = parent_steps or {}
@@ -246,10 +252,29 @@ class ExecutionContext:
                            if k in names})
         return inputs
 
+    def next_turn(self) -> Any:
+        """Begin the next recorded turn of a fork (the last one halted); its halts."""
+        turn = self.later_turns.pop(0).moved_to(len(self.steps))
+        self.turns.append(turn)
+        self.turn += 1
+        return turn.halts
+
     def given_inputs(self, node: str, occurrence: int) -> dict:
-        """The inputs this visit was given: recorded, for a replay; for a visit the parent
-        never made (an edit made a loop go round more often), those of the node's latest
-        earlier visit, as Burr hands every step of a turn the same inputs; else the run's."""
+        """The inputs this visit was given. In a fork of a run with recorded turns: those of the
+        turn it is in, as Burr hands every step of a call the same inputs. Else recorded by
+        visit; for a visit the parent never made (an edit made a loop go round more often),
+        those of the node's latest earlier visit; else the run's."""
+        if self.turn_inputs is not None:
+            given = self.replay_inputs.get((node, occurrence))
+            if given is None:
+                given = self.turn_inputs[self.turn] if self.turn < len(self.turn_inputs) else {}
+            action = self.pipeline.actions.get(node)
+            if action is None:
+                return dict(given)
+            # what Burr's `_process_inputs` keeps of a call's inputs: another node's input
+            # must not reach this one, nor pass for one of its params
+            required, optional = action.optional_and_required_inputs
+            return {k: v for k, v in given.items() if k in required or k in optional}
         recorded = self.replay_inputs.get((node, occurrence))
         if recorded is None and self.replay_inputs:
             earlier = [o for n, o in self.replay_inputs if n == node and o < occurrence]

@@ -2,10 +2,10 @@
 
 A fork starts from the state Burr's `initialize_from(..., fork_from_sequence_id=...)` would
 load (`burr_compat.resumed`, pinned against Burr). This module picks the saved state just before
-the visit, carries the lineage's param changes and edits forward, feeds later steps the runtime
-inputs recorded for them, and checks that the state is stored and that Burr would resume at the
-requested node before anything is written; the stepper then builds a Burr application only if
-a visit must execute.
+the visit, carries the lineage's param changes and edits forward, replays the parent's later
+calls turn by turn with the runtime inputs recorded for them (`turns`), and checks that the
+state is stored and that Burr would resume at the requested node before anything is written;
+the stepper then builds a Burr application only if a visit must execute.
 """
 
 from __future__ import annotations
@@ -27,7 +27,8 @@ from .context import ExecutionContext
 from .liveness import Heartbeat, owner_fields
 from .persistence import ThreadRoutedPersister
 from .recorder import steps_from_rows
-from .runner import Halts, base_builder, execute, new_run_id, save_start_state
+from .runner import base_builder, execute, new_run_id, save_start_state
+from .turns import Halts, decode_turns, encode_turns, inputs_by_turn, turn_at
 from .stepper import Stepper
 
 
@@ -128,6 +129,31 @@ def recorded_inputs(steps: list) -> dict:
     return {(s.node, s.occurrence): s.runtime_inputs for s in steps if s.runtime_refs}
 
 
+def replay_turns(ctx: ExecutionContext, parent_row: dict, steps: list, index: int,
+                 visit: tuple, inputs: Optional[dict]) -> Halts:
+    """Set `ctx` up to replay the parent's calls from the step at `index` on: the turn that step
+    is in with its halts, then each later turn with its own; each with the inputs its steps
+    were given (`inputs`, the fork's own, for the forked visit only). Returns the
+    halts of the first."""
+    turns = decode_turns(parent_row.get("turns_json"))
+    if turns is None:  # recorded before turns were: inputs by visit, and the parent's length
+        ctx.replay_inputs = recorded_inputs(steps)
+        if inputs is not None:
+            ctx.replay_inputs[visit] = {**ctx.replay_inputs.get(visit, {}), **inputs}
+        return Halts(max_steps=len(steps)) if parent_row["status"] == RunStatus.HALTED else Halts()
+    ctx.turn_inputs = inputs_by_turn(steps, turns)
+    t = turn_at(turns, index)
+    if index == len(steps) and parent_row["status"] == RunStatus.HALTED:
+        # the visit a halted run never reached: a next call, halting as its last one did
+        turns = turns + [turns[t].moved_to(index)]
+        ctx.turn_inputs.append({})
+        t += 1
+    ctx.turns, ctx.later_turns, ctx.turn = turns[:t + 1], turns[t + 1:], t
+    if inputs is not None:  # the forked visit's own; the turn's other steps keep theirs
+        ctx.replay_inputs[visit] = {**ctx.turn_inputs[t], **inputs}
+    return turns[t].halts
+
+
 def _check_request(pipeline: Any, at: str, edit: dict, params: dict, occurrence: Any) -> None:
     action = pipeline.action(at)
     reads = set(action.reads)
@@ -191,9 +217,7 @@ def fork_run(store: Any, heartbeat: Heartbeat, pipeline: Any, parent_row: dict, 
         parent_id=run_id, prior_steps=[], on_step=on_step, owner=owner,
     )
     ctx.replay_edits = lineage_edits(store, parent_row, done)
-    ctx.replay_inputs = recorded_inputs(steps)
-    if inputs is not None:
-        ctx.replay_inputs[(at, occurrence)] = {**ctx.replay_inputs.get((at, occurrence), {}), **inputs}
+    halts = replay_turns(ctx, parent_row, steps, index, (at, occurrence), inputs)
     if use_cache:
         ctx.cache_prefetch = store.cache_prefetch(
             [(s.node, ctx.cache_key(s.input_hash)) for s in steps[index:]
@@ -247,8 +271,8 @@ def fork_run(store: Any, heartbeat: Heartbeat, pipeline: Any, parent_row: dict, 
         # The state the fork starts from, saved under its own id. Not needed (so not stored)
         # when it is unedited and is the state its inherited last step points at.
         save_start_state(ctx, fork_id, source_seq, at, start_state)
-    # a halted parent (a chat waiting for its next turn): the fork stops where it stopped
-    halts = Halts(max_steps=len(steps)) if parent_row["status"] == RunStatus.HALTED else Halts()
+    if ctx.turns is not None:
+        row["turns_json"] = encode_turns(ctx.turns)
     def build(state: Any, start: str) -> Any:  # the first visit that must execute
         app = base_builder(ctx, fork_id).with_state(state).with_entrypoint(start).build()
         burr_compat.set_sequence_id(app, burr_compat.state_values(state)[burr_compat.SEQUENCE_ID])

@@ -19,7 +19,8 @@ from . import burr_compat
 from .context import ExecutionContext
 from .fork import fork_source, lineage_edits, load_steps, recorded_inputs
 from .liveness import Heartbeat, owner_fields
-from .runner import Halts, base_builder, execute
+from .runner import base_builder, execute
+from .turns import Halts, Turn, decode_turns, encode_turns
 
 RESUMABLE = (RunStatus.HALTED, RunStatus.FAILED, RunStatus.INTERRUPTED)
 
@@ -51,10 +52,14 @@ def resume_run(store: Any, heartbeat: Heartbeat, pipeline: Any, row: dict, *,
         parent_steps=parent_steps, parent_id=row["parent_id"], prior_steps=keep,
         on_step=on_step, inputs=inputs, owner=row.get("owner"),
     )
-    if inputs is None:
-        # no new inputs: a retried step runs with the inputs it was first given
+    if inputs is None and row["status"] != RunStatus.HALTED:
+        # no new inputs: a retried step runs with the inputs it was first given (a halted
+        # run's next turn without inputs gets none, as Burr's next `run()` call would)
         last = recorded_inputs(steps)
         ctx.inputs = dict(next(iter(reversed(list(last.values()))), {})) if last else {}
+    turns = decode_turns(row.get("turns_json"))
+    if turns is not None:
+        ctx.turns = [t for t in turns if t.start < len(keep)] + [Turn(len(keep), halts)]
     done = {(s.node, s.occurrence) for s in keep}
     if row["fork_node"]:
         done.add((row["fork_node"], int(row["fork_occurrence"] or 1)))
@@ -79,8 +84,9 @@ def resume_run(store: Any, heartbeat: Heartbeat, pipeline: Any, row: dict, *,
 
     def reopen(s: Any) -> None:
         # the lease: of two concurrent resumes exactly one moves the run to `running`
+        turn = {"turns_json": encode_turns(ctx.turns)} if ctx.turns is not None else {}
         if not s.claim_run(run_id, [str(x) for x in RESUMABLE], status=str(RunStatus.RUNNING),
-                           error=None, finished_at=None, **owner_fields()):
+                           error=None, finished_at=None, **turn, **owner_fields()):
             raise InvalidRequest(f"run {run_id} is already being resumed or was resumed by "
                                  "another process; refresh and look at it again", run_id=run_id)
         s.delete_failed_steps(run_id)

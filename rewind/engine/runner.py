@@ -9,7 +9,6 @@ ends in a final status (completed, halted, failed, or interrupted on KeyboardInt
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import time
 import os
@@ -21,47 +20,28 @@ from ..errors import CommitError, InvalidRequest, RewindError
 from ..models import Run, RunStatus, StepStatus
 from ..redaction import redact
 from ..store import PARTITION_KEY, RUN_COLUMNS
-from . import burr_compat
 from .context import CURRENT, ExecutionContext
 from .keys import param_hash
 from .liveness import Heartbeat, owner_fields
 from .persistence import ThreadRoutedPersister
 from .stepper import Stepper, burr_hooks
+from .turns import Halts, Turn, encode_turns
 
 MAX_STEPS = 10_000
 
 
-@dataclasses.dataclass
-class Halts:
-    """Where to stop: before/after these actions, or once the trajectory has `max_steps`."""
-
-    before: frozenset = frozenset()
-    after: frozenset = frozenset()
-    max_steps: Optional[int] = None   # a fork of a halted run stops where its parent stopped
-
-    @classmethod
-    def of(cls, graph: Any, halt_before: Optional[list] = None, halt_after: Optional[list] = None,
-           max_steps: Optional[int] = None) -> "Halts":
-        for name, value in (("halt_before", halt_before), ("halt_after", halt_after)):
-            if value is not None and (isinstance(value, str) or not hasattr(value, "__iter__")):
-                raise InvalidRequest(f"{name} must be a list of action names, not {value!r}",
-                                     field=name)
-        before = burr_compat.expand_halts(graph, halt_before)
-        after = burr_compat.expand_halts(graph, halt_after)
-        known = {a.name for a in graph.actions}
-        unknown = sorted((before | after) - known)
-        if unknown:
-            raise InvalidRequest(f"halt condition names no action of the pipeline: {unknown}; "
-                                 f"its actions are {sorted(known)}", node=unknown[0])
-        return cls(frozenset(before), frozenset(after), max_steps)
-
-    @property
-    def any(self) -> bool:
-        return bool(self.before or self.after or self.max_steps is not None)
-
-
 def drive(ctx: ExecutionContext, stepper: Stepper, halts: Halts) -> RunStatus:
-    """Step the execution until it ends or halts; the status it stopped with."""
+    """Step the execution until it ends or halts; the status it stopped with. A fork replaying
+    a multi-turn run goes on, each time a turn halts, with the next turn it recorded."""
+    while True:
+        status = drive_turn(ctx, stepper, halts)
+        if status != RunStatus.HALTED or not ctx.later_turns:
+            return status
+        halts = ctx.next_turn()
+
+
+def drive_turn(ctx: ExecutionContext, stepper: Stepper, halts: Halts) -> RunStatus:
+    """Step one call (`run(inputs=, halt_after=)` in Burr) until it ends or halts."""
     taken = 0
     while True:
         nxt = stepper.next_action()
@@ -144,6 +124,7 @@ def finish_fields(ctx: ExecutionContext, status: str, error: Optional[str], star
         status=str(status), error=error, finished_at=time.time(),
         total_tokens=sum(s.tokens for s in own), tokens_saved=sum(s.tokens_saved for s in own),
         latency_ms=(time.perf_counter() - started) * 1000, step_count=len(ctx.steps),
+        **({"turns_json": encode_turns(ctx.turns)} if ctx.turns is not None else {}),
     )
 
 
@@ -218,7 +199,7 @@ def start_run(store: Any, heartbeat: Heartbeat, pipeline: Any, state: dict, *,
         "graph_id": pipeline.graph_id, "entrypoint": pipeline.entrypoint,
         "created_at": time.time(), "summary": summarize_state(state),
         "use_cache": int(bool(use_cache)), "start_seq": -1, "fork_index": 0, "owner": owner,
-        **owner_fields(),
+        "turns_json": encode_turns([Turn(0, halts)]), **owner_fields(),
     }
     save_start_state(ctx, run_id, -1, pipeline.entrypoint, state)
     ctx.commit(lambda s: s.insert_run(row))
