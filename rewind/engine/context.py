@@ -137,6 +137,7 @@ class ExecutionContext:
         self.later_turns: list = []
         self.turn_inputs: Optional[list] = None
         self.turn = 0
+        self.turns_moved = False  # a later turn began after the row recorded `turns`
         # edits made by ancestor forks at visits this execution has yet to reach
         self.replay_edits: dict = {}
         self.parent_steps = parent_steps or {}
@@ -257,6 +258,7 @@ class ExecutionContext:
         turn = self.later_turns.pop(0).moved_to(len(self.steps))
         self.turns.append(turn)
         self.turn += 1
+        self.turns_moved = True
         return turn.halts
 
     def given_inputs(self, node: str, occurrence: int) -> dict:
@@ -268,6 +270,8 @@ class ExecutionContext:
             given = self.replay_inputs.get((node, occurrence))
             if given is None:
                 given = self.turn_inputs[self.turn] if self.turn < len(self.turn_inputs) else {}
+            if not given:  # the common call: no inputs (and no action's properties walked)
+                return {}
             action = self.pipeline.actions.get(node)
             if action is None:
                 return dict(given)

@@ -124,7 +124,7 @@ def finish_fields(ctx: ExecutionContext, status: str, error: Optional[str], star
         status=str(status), error=error, finished_at=time.time(),
         total_tokens=sum(s.tokens for s in own), tokens_saved=sum(s.tokens_saved for s in own),
         latency_ms=(time.perf_counter() - started) * 1000, step_count=len(ctx.steps),
-        **({"turns_json": encode_turns(ctx.turns)} if ctx.turns is not None else {}),
+        **({"turns_json": encode_turns(ctx.turns)} if ctx.turns_moved else {}),
     )
 
 

@@ -11,6 +11,7 @@ turn's inputs, as Burr hands every step of a call the same `inputs=`.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 from typing import Any, Optional
 
@@ -60,21 +61,25 @@ class Turn:
 
 
 def encode_turns(turns: list) -> str:
-    return json.dumps([[t.start, sorted(t.halts.before), sorted(t.halts.after)] for t in turns],
-                      separators=(",", ":"))
+    # json.dumps with default arguments reuses one encoder; a turn without halts is `[0,[],[]]`
+    return json.dumps([[t.start, sorted(t.halts.before), sorted(t.halts.after)] for t in turns])
 
 
 def decode_turns(text: Optional[str]) -> Optional[list]:
     """The turns of a run row; None for a run recorded before they were (or unreadable)."""
     if not text:
         return None
+    turns = _decoded(text)
+    return list(turns) if turns else None
+
+
+@functools.lru_cache(maxsize=256)  # every fork of a run decodes the same text; Turns are frozen
+def _decoded(text: str) -> tuple:
     try:
-        raw = json.loads(text)
-        turns = [Turn(int(start), Halts(frozenset(before), frozenset(after)))
-                 for start, before, after in raw]
+        return tuple(Turn(int(start), Halts(frozenset(before), frozenset(after)))
+                     for start, before, after in json.loads(text))
     except (ValueError, TypeError):
-        return None
-    return turns or None
+        return ()
 
 
 def turn_at(turns: list, index: int) -> int:
