@@ -6,14 +6,20 @@ durable commit per executed step."""
 from __future__ import annotations
 
 import collections
-import os
 import time
 
-import rewind
 from burr.core import ApplicationBuilder
 
 from bench import workload as W
 from bench.measure import Figures, fmt, median
+
+
+def _timed(fn, spent: list, sql, args):
+    t0 = time.perf_counter()
+    try:
+        return fn(sql, args)
+    finally:
+        spent.append((_kind(sql), time.perf_counter() - t0))
 
 
 class _TimedCursor:
@@ -21,18 +27,10 @@ class _TimedCursor:
         self._cursor, self._spent = cursor, spent
 
     def execute(self, sql, params=()):
-        t0 = time.perf_counter()
-        try:
-            return self._cursor.execute(sql, params)
-        finally:
-            self._spent.append((_kind(sql), time.perf_counter() - t0))
+        return _timed(self._cursor.execute, self._spent, sql, params)
 
     def executemany(self, sql, rows):
-        t0 = time.perf_counter()
-        try:
-            return self._cursor.executemany(sql, rows)
-        finally:
-            self._spent.append((_kind(sql), time.perf_counter() - t0))
+        return _timed(self._cursor.executemany, self._spent, sql, rows)
 
     def __getattr__(self, name):
         return getattr(self._cursor, name)
@@ -48,11 +46,7 @@ class _TimedConnection:
         return _TimedCursor(self._conn.cursor(*a, **k), self._spent)
 
     def execute(self, sql, params=()):
-        t0 = time.perf_counter()
-        try:
-            return self._conn.execute(sql, params)
-        finally:
-            self._spent.append((_kind(sql), time.perf_counter() - t0))
+        return _timed(self._conn.execute, self._spent, sql, params)
 
     def __getattr__(self, name):
         return getattr(self._conn, name)
@@ -73,13 +67,9 @@ def _bare_burr(graph, state: dict) -> None:
 
 
 def bench_floor(fig: Figures, cfg: dict, tmp: str) -> None:
-    pipeline = W.make_pipeline("bench8")
-    rw = rewind.Rewind(os.path.join(tmp, "floor-rewind.db"))
-    burr = W.BurrBaseline(os.path.join(tmp, "floor-burr.db"), pipeline.graph)
+    pipeline, rw, burr = W.recording_pair(tmp, "floor")
     try:
         for i in range(3):
-            rw.run(pipeline, {"topic": W.topic(800_000 + i)})
-            burr.run(f"warm{i}", {"topic": W.topic(800_000 + i)})
             _bare_burr(pipeline.graph, {"topic": W.topic(800_000 + i)})
         conn = rw.store.connection
         spent: list = []

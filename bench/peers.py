@@ -7,12 +7,11 @@ from __future__ import annotations
 
 import os
 import uuid
-from typing import Any, Callable, Optional
+from typing import Any
 
 from burr.core import ApplicationBuilder
 from burr.core.persistence import SQLitePersister
 
-import rewind
 
 from bench import workload as W
 from bench.workload import FORK_AT, NODES

@@ -19,14 +19,8 @@ from bench.workload import FORK_AT, REPLAYED
 # --- 1. recording overhead -------------------------------------------------------------------
 
 def bench_overhead(fig: Figures, cfg: dict, tmp: str) -> None:
-    pipeline = W.make_pipeline("bench8")
-    rw = rewind.Rewind(os.path.join(tmp, "overhead-rewind.db"))
-    burr = W.BurrBaseline(os.path.join(tmp, "overhead-burr.db"), pipeline.graph)
+    pipeline, rw, burr = W.recording_pair(tmp, "overhead")
     try:
-        # warm up both (imports, code fingerprints, first pages)
-        for i in range(3):
-            rw.run(pipeline, {"topic": W.topic(900_000 + i)})
-            burr.run(f"warm{i}", {"topic": W.topic(900_000 + i)})
         t_rw, t_burr, c_rw, c_burr = [], [], [], []
         check = None
         for i in range(cfg["overhead_pairs"]):

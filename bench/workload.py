@@ -5,6 +5,7 @@ tokens through `rewind.record_usage` (a counted fake: no model is called)."""
 from __future__ import annotations
 
 import hashlib
+import os
 import sqlite3
 
 from burr.core import ApplicationBuilder
@@ -97,3 +98,15 @@ class BurrBaseline:
 
 FORK_AT = NODES[2]  # the benchmark's fork: nodes 1-2 inherited, 6 replayed from the cache
 REPLAYED = len(NODES) - 2
+
+
+def recording_pair(tmp: str, tag: str) -> tuple:
+    """(pipeline, Rewind store, Burr + SQLitePersister) for timing first runs side by side, each
+    warmed by three runs (imports, code fingerprints, first pages)."""
+    pipeline = make_pipeline("bench8")
+    rw = rewind.Rewind(os.path.join(tmp, f"{tag}-rewind.db"))
+    burr = BurrBaseline(os.path.join(tmp, f"{tag}-burr.db"), pipeline.graph)
+    for i in range(3):
+        rw.run(pipeline, {"topic": topic(900_000 + i)})
+        burr.run(f"warm{i}", {"topic": topic(900_000 + i)})
+    return pipeline, rw, burr
