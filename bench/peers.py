@@ -12,7 +12,6 @@ from typing import Any
 from burr.core import ApplicationBuilder
 from burr.core.persistence import SQLitePersister
 
-
 from bench import workload as W
 from bench.workload import FORK_AT, NODES
 
