@@ -81,6 +81,22 @@ def _unconditional_next(graph: Any) -> dict:
     return out
 
 
+_READS_SEQUENCE: dict = {}  # id(graph) -> (graph, whether a transition's condition reads it)
+
+
+def reads_sequence_id(graph: Any) -> bool:
+    """Whether a transition of `graph` reads `__SEQUENCE_ID`: then the action a step runs can
+    differ from the one the halt checks saw, as `Application.step` advances it before picking."""
+    known = _READS_SEQUENCE.get(id(graph))
+    if known is None or known[0] is not graph:
+        if len(_READS_SEQUENCE) >= 256:
+            _READS_SEQUENCE.clear()
+        reads = any(SEQUENCE_ID in (getattr(t.condition, "reads", None) or ())
+                    for t in graph.transitions)
+        known = _READS_SEQUENCE[id(graph)] = (graph, reads)
+    return known[1]
+
+
 def numbered(state: Any) -> Any:
     """`state` as `Application.step` hands it to the action: its sequence id advanced."""
     values = dict(state_values(state))

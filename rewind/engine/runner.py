@@ -54,6 +54,9 @@ def drive_turn(ctx: ExecutionContext, stepper: Stepper, halts: Halts) -> RunStat
         if taken >= MAX_STEPS:
             raise RewindError(f"run exceeded {MAX_STEPS} steps; is there a loop with no exit, "
                               "or a chat loop that needs halt_after=[...]?", run_id=ctx.run_id)
+        nxt = stepper.action_to_run(nxt)
+        if nxt is None:  # Burr's step finds no action once the sequence id has advanced
+            return RunStatus.COMPLETED
         stepper.step(nxt, ctx.inputs_for(nxt.name, ctx.occurrences[nxt.name] + 1))
         taken += 1
         if nxt.name in halts.after:

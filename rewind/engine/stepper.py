@@ -72,6 +72,18 @@ class Stepper:
             return self.app.get_next_action()
         return burr_compat.next_action(self._graph, self._state, self._start)
 
+    def action_to_run(self, chosen: Any) -> Any:
+        """The action Burr's `step` runs after `chosen` was picked for the halt checks: it
+        advances the sequence id, then picks again (`_increment_sequence_id`, then `_step`'s
+        `get_next_action`), so a transition on `__SEQUENCE_ID` may pick another (or none)."""
+        if not burr_compat.reads_sequence_id(self._graph):
+            return chosen
+        if self.app is not None:
+            return self.app.graph.get_next_node(
+                self.app.state.get(burr_compat.PRIOR_STEP), burr_compat.numbered(self.app.state),
+                self.app.entrypoint)
+        return burr_compat.next_action(self._graph, burr_compat.numbered(self._state), self._start)
+
     def burr_app(self) -> Any:
         if self.app is None:
             self.app = self._build(self._state, self._start)
