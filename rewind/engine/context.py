@@ -75,6 +75,7 @@ class StepRecord:
     deleted: list = dataclasses.field(default_factory=list)  # fields a served step removes
     kept: Optional[list] = None  # the fields a `wipe(keep=)` kept (NodeResult.kept)
     extra: list = dataclasses.field(default_factory=list)  # fields set, undeclared (NodeResult.extra)
+    gone: list = dataclasses.field(default_factory=list)  # deleted by name outside the view (NodeResult.gone)
     shape_hash: Optional[str] = None  # its key without the code (replay.shape_hash)
     # the newest cache entry with the same inputs under other code, if already looked up
     earlier: Any = dataclasses.field(default=_UNASKED, repr=False)

@@ -80,7 +80,15 @@ class ReadGuard(State):
                       and k not in self._rw_gone and not is_internal_key(k))
 
     def __getitem__(self, key: str) -> Any:
-        if key not in self._state and key not in self._rw_readable and not is_internal_key(key):
+        if key not in self._state and key not in self._rw_readable and is_internal_key(key):
+            # Burr's own bookkeeping (`__SEQUENCE_ID`, `__PRIOR_STEP`): part of the key only
+            # when declared, as Mapping.get would otherwise hand the node a silent None
+            raise UndeclaredRead(
+                f"node {self._rw_node!r} read Burr's internal state key {key!r} without "
+                f"declaring it; add {key!r} to its reads (the node is then keyed on it)",
+                node=self._rw_node, field=key,
+            )
+        if key not in self._state and key not in self._rw_readable:
             raise UndeclaredRead(
                 f"node {self._rw_node!r} read state key {key!r} that it does not declare in "
                 f"reads={sorted(self._rw_readable)}; add {key!r} to its reads",
@@ -111,6 +119,9 @@ class NodeResult:
     kept: Optional[list] = None
     # fields it set without declaring them: Burr keeps them in the state, and so does a hit
     extra: list = dataclasses.field(default_factory=list)
+    # names outside the view it deleted by name (`wipe(delete=)`), present in the state or
+    # not: a hit on a state that has one deletes it, as Burr's `_state_update` would
+    gone: list = dataclasses.field(default_factory=list)
 
 
 # One event loop per thread for async nodes, kept open: a client a node is bound to (Burr's
@@ -231,11 +242,13 @@ def execute_node(node: str, runner: Any, readable: dict, reads: list, writes: li
         deleted = sorted(k for k in state.keys() if k not in keep and not is_internal_key(k))
     else:
         deleted = [k for k in readable if k not in values and not is_internal_key(k)]
-        gone = getattr(new_state, "_rw_gone", ())
+        gone = sorted(k for k in getattr(new_state, "_rw_gone", ())
+                      if k not in values and not is_internal_key(k))
         if gone and state is not None:
-            deleted += sorted(k for k in gone if k in state and k not in values and k not in deleted)
+            deleted += [k for k in gone if k in state and k not in deleted]
     return NodeResult(result=result if isinstance(result, dict) else dict(outputs),
-                      outputs=outputs, deleted=deleted, meter=meter, kept=kept, extra=extra)
+                      outputs=outputs, deleted=deleted, meter=meter, kept=kept, extra=extra,
+                      gone=gone if kept is None else [])
 
 
 def _replaced(value: Any, before: Any) -> bool:

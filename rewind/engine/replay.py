@@ -206,6 +206,12 @@ class ReplayAction(SingleStepAction):
                     node, key, ctx.cache_key(shape_hash(spec, record)))
             elif entry is None:
                 entry = ctx.store.cache_get(node, key)
+            if entry is None and any(r["node"] == node and r["input_hash"] == key
+                                     for r in ctx.pending_cache):
+                # this run computed these inputs a moment ago and the entry rides along with
+                # the next commit: commit it, so a loop's repeat is served whatever the timing
+                ctx.commit()
+                entry = ctx.store.cache_get(node, key)
             visit.entry = entry
             if entry is not None and ctx.use_cache:
                 visit.expired = is_expired(spec.policy, entry)
@@ -271,6 +277,13 @@ class ReplayAction(SingleStepAction):
             record.integrity_note = OTHER_ENDPOINT
         if record.files_changed or record.env_changed or elsewhere:
             return None
+        extra = meta.get("extra") or ()
+        if extra and not getattr(self._inner, "single_step", False):
+            # a class action's `update` may set an undeclared field only where the state
+            # already has it (Burr's `_run_reducer`): elsewhere it runs, and fails as in Burr
+            values = state_values(state)
+            if any(k not in values for k in extra):
+                return None
         try:
             outputs = ctx.store.values({k: h for k, h in refs.items() if h is not None})
         except RewindError as e:  # an unreadable entry is a miss, and the reason says why
@@ -296,6 +309,18 @@ class ReplayAction(SingleStepAction):
         record.files = dict(meta.get("files") or {})
         record.output_hash = entry["output_hash"]
         record.deleted = [k for k, h in refs.items() if h is None]
+        gone = meta.get("gone")
+        if gone:  # deleted by name outside what it reads: wherever the state has them now
+            values = state_values(state)
+            record.deleted = [k for k in record.deleted if k not in gone or k in values]
+            record.deleted += [k for k in gone if k in values and k not in record.deleted]
+            record.gone = list(gone)
+            for k in gone:  # a null ref where it deletes one; none where there is none to delete
+                if k in values:
+                    record.outputs[k] = None
+                else:
+                    record.outputs.pop(k, None)
+            ctx.loaded({k: None for k in record.deleted})
         kept = meta.get("kept")
         if kept is not None:  # it wiped with keep=: Burr deletes every other field there is now
             keep = set(kept)
@@ -335,6 +360,7 @@ class ReplayAction(SingleStepAction):
             record.env = dict(env)
             record.kept = done.kept
             record.extra = done.extra
+            record.gone = done.gone
             self._finish_outputs(ctx, spec, record, done.outputs, done.deleted)
         except BaseException as e:
             self._metered(record, meter, calls)
@@ -422,6 +448,7 @@ class ReplayAction(SingleStepAction):
             "meta": json.dumps({"hashes": record.output_field_hashes, "files": record.files,
                                 **({"kept": record.kept} if record.kept is not None else {}),
                                 **({"extra": record.extra} if record.extra else {}),
+                                **({"gone": record.gone} if record.gone else {}),
                                 **({"env": record.env} if record.env else {}),
                                 "fields": record.field_hashes, "units": record.units,
                                 **({"endpoint": record.endpoint} if record.endpoint else {})},
