@@ -157,11 +157,14 @@ def replay_turns(ctx: ExecutionContext, parent_row: dict, steps: list, index: in
 def _check_request(pipeline: Any, at: str, edit: dict, params: dict, occurrence: Any) -> None:
     action = pipeline.action(at)
     reads = set(action.reads)
-    not_read = sorted(set(edit) - reads)
+    # a written field's prior value is the node's too (Burr's append/increment build on it,
+    # and it is part of the node's key), so Burr's `override_state_values` of it is an input
+    not_read = sorted(set(edit) - reads - set(action.writes))
     if not_read:
         raise InvalidRequest(
             f"node {at!r} does not read {', '.join(repr(f) for f in not_read)}; it reads "
-            f"{sorted(reads) or 'nothing'}. Fork at the node that reads the field.",
+            f"{sorted(reads) or 'nothing'} and writes {sorted(action.writes) or 'nothing'}. "
+            "Fork at the node that reads the field.",
             node=at, field=not_read[0],
         )
     known_params = pipeline.param_names(at)
