@@ -61,7 +61,10 @@ class Turn:
 
 
 def encode_turns(turns: list) -> str:
-    # json.dumps with default arguments reuses one encoder; a turn without halts is `[0,[],[]]`
+    # json.dumps with default arguments reuses one encoder; one turn without halts (a first
+    # run, most forks) is spelled here
+    if len(turns) == 1 and not turns[0].halts.before and not turns[0].halts.after:
+        return f"[[{int(turns[0].start)}, [], []]]"
     return json.dumps([[t.start, sorted(t.halts.before), sorted(t.halts.after)] for t in turns])
 
 
