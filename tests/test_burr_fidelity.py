@@ -229,32 +229,35 @@ def test_class_based_action_params_are_forkable(rw):
     assert_same_trajectory(rw, fork, expected)
 
 
+class UndeclaredWrite(Action):
+    """Reads `x`, writes `y`, and its `update` also sets `field` (2), which it does not declare."""
+
+    def __init__(self, field: str):
+        super().__init__()
+        self.field = field
+
+    @property
+    def reads(self) -> list:
+        return ["x"]
+
+    @property
+    def writes(self) -> list:
+        return ["y"]
+
+    def run(self, state: State, **run_kwargs) -> dict:
+        return {"y": state["x"]}
+
+    def update(self, result: dict, state: State) -> State:
+        return state.update(y=result["y"], **{self.field: 2})
+
+
 def test_a_class_action_that_adds_an_undeclared_field_fails_as_in_burr(rw):
     """Burr's `_run_reducer` refuses a class action's `update` that adds a field it does not
     declare; under Rewind the run fails the same way, not quietly without the field. A field
     already in the state it may set, as Burr lets it."""
 
-    class Extra(Action):
-        def __init__(self, field: str):
-            super().__init__()
-            self.field = field
-
-        @property
-        def reads(self) -> list:
-            return ["x"]
-
-        @property
-        def writes(self) -> list:
-            return ["y"]
-
-        def run(self, state: State, **run_kwargs) -> dict:
-            return {"y": state["x"]}
-
-        def update(self, result: dict, state: State) -> State:
-            return state.update(y=result["y"], **{self.field: 2})
-
     for field, state in (("extra", {"x": 1}), ("other", {"x": 1, "other": 0})):
-        graph = GraphBuilder().with_actions(a=Extra(field)).build()
+        graph = GraphBuilder().with_actions(a=UndeclaredWrite(field)).build()
         app = ApplicationBuilder().with_graph(graph).with_entrypoint("a").with_state(**state).build()
         if field == "extra":
             with pytest.raises(ValueError, match="did not declare") as burr_error:

@@ -19,11 +19,11 @@ from __future__ import annotations
 import copy
 
 import pytest
-from burr.core import Action, ApplicationBuilder, Condition, State, action, default, expr
+from burr.core import ApplicationBuilder, Condition, State, action, default, expr
 from burr.core.graph import GraphBuilder
 
 from rewind import Pipeline, Rewind
-from tests.test_burr_fidelity import Trajectory, assert_same_trajectory, visible
+from tests.test_burr_fidelity import Trajectory, UndeclaredWrite, assert_same_trajectory, visible
 
 
 def burr_steps(graph, entrypoint: str, state: dict, at: str = "", occurrence: int = 0,
@@ -118,32 +118,16 @@ def test_a_hit_deletes_by_name_whatever_the_state_holds_now(rw, first, second):
 
 # --- a class action's undeclared write -----------------------------------------------------------
 
-class Tag(Action):
-    @property
-    def reads(self) -> list:
-        return ["a"]
-
-    @property
-    def writes(self) -> list:
-        return ["b"]
-
-    def run(self, state: State, **kwargs) -> dict:
-        return {"v": state["a"]}
-
-    def update(self, result: dict, state: State) -> State:
-        return state.update(b=result["v"], z=result["v"] + 100)  # `z` undeclared
-
-
 def test_a_class_actions_undeclared_write_is_not_served_where_burr_refuses_it(rw):
-    graph = GraphBuilder().with_actions(tag=Tag()).build()
+    graph = GraphBuilder().with_actions(tag=UndeclaredWrite("z")).build()
     pipeline = Pipeline(name="tag", graph=graph, entrypoint="tag")
-    ok = rw.run(pipeline, {"a": 1, "z": 0})  # Burr allows it: the state has `z`
+    ok = rw.run(pipeline, {"x": 1, "z": 0})  # Burr allows it: the state has `z`
     assert ok.status == "completed"
-    assert_same_trajectory(rw, ok, burr_steps(graph, "tag", {"a": 1, "z": 0}))
-    plain = ApplicationBuilder().with_graph(graph).with_entrypoint("tag").with_state(a=1).build()
+    assert_same_trajectory(rw, ok, burr_steps(graph, "tag", {"x": 1, "z": 0}))
+    plain = ApplicationBuilder().with_graph(graph).with_entrypoint("tag").with_state(x=1).build()
     with pytest.raises(ValueError, match="attempted to write to keys"):
         plain.step()
-    refused = rw.run(pipeline, {"a": 1})  # same inputs for `tag`, but no `z`
+    refused = rw.run(pipeline, {"x": 1})  # same inputs for `tag`, but no `z`
     assert refused.status == "failed" and "attempted to write to keys {'z'}" in refused.error
     assert str(refused.steps[0].status) == "failed"
 
