@@ -53,12 +53,7 @@ def next_action(graph: Any, state: Any, entrypoint: str) -> Any:
     """The action `Application.get_next_action` would run next on `state`."""
     prior = state_values(state).get(PRIOR_STEP)
     if prior is not None:
-        known = _UNCONDITIONAL.get(id(graph))
-        if known is None or known[0] is not graph:
-            if len(_UNCONDITIONAL) >= 256:
-                _UNCONDITIONAL.clear()
-            known = _UNCONDITIONAL[id(graph)] = (graph, _unconditional_next(graph))
-        got = known[1].get(prior)
+        got = _of_graph(_UNCONDITIONAL, graph, _unconditional_next).get(prior)
         if got is not None:
             return got
     return graph.get_next_node(prior, state, entrypoint)
@@ -81,20 +76,37 @@ def _unconditional_next(graph: Any) -> dict:
     return out
 
 
+def _of_graph(memo: dict, graph: Any, compute: Any) -> Any:
+    """`compute(graph)`, remembered in `memo` by id(graph) (checked against the graph itself,
+    as an id may be reused once a graph is gone), at most 256 graphs."""
+    known = memo.get(id(graph))
+    if known is None or known[0] is not graph:
+        if len(memo) >= 256:
+            memo.clear()
+        known = memo[id(graph)] = (graph, compute(graph))
+    return known[1]
+
+
 _READS_SEQUENCE: dict = {}  # id(graph) -> (graph, whether a transition's condition reads it)
+
+
+def _reads_sequence(graph: Any) -> bool:
+    return any(SEQUENCE_ID in (getattr(t.condition, "reads", None) or ()) for t in graph.transitions)
 
 
 def reads_sequence_id(graph: Any) -> bool:
     """Whether a transition of `graph` reads `__SEQUENCE_ID`: then the action a step runs can
     differ from the one the halt checks saw, as `Application.step` advances it before picking."""
-    known = _READS_SEQUENCE.get(id(graph))
-    if known is None or known[0] is not graph:
-        if len(_READS_SEQUENCE) >= 256:
-            _READS_SEQUENCE.clear()
-        reads = any(SEQUENCE_ID in (getattr(t.condition, "reads", None) or ())
-                    for t in graph.transitions)
-        known = _READS_SEQUENCE[id(graph)] = (graph, reads)
-    return known[1]
+    return _of_graph(_READS_SEQUENCE, graph, _reads_sequence)
+
+
+def declared_inputs(action: Any, inputs: dict) -> dict:
+    """What Burr's `_process_inputs` keeps of a call's `inputs` for `action`: the names it
+    declares (another node's input must not reach it, nor pass for one of its params)."""
+    if not inputs:
+        return {}
+    required, optional = action.optional_and_required_inputs
+    return {k: v for k, v in inputs.items() if k in required or k in optional}
 
 
 def numbered(state: Any) -> Any:

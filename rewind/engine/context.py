@@ -271,15 +271,8 @@ class ExecutionContext:
             given = self.replay_inputs.get((node, occurrence))
             if given is None:
                 given = self.turn_inputs[self.turn] if self.turn < len(self.turn_inputs) else {}
-            if not given:  # the common call: no inputs (and no action's properties walked)
-                return {}
             action = self.pipeline.actions.get(node)
-            if action is None:
-                return dict(given)
-            # what Burr's `_process_inputs` keeps of a call's inputs: another node's input
-            # must not reach this one, nor pass for one of its params
-            required, optional = action.optional_and_required_inputs
-            return {k: v for k, v in given.items() if k in required or k in optional}
+            return dict(given) if action is None else burr_compat.declared_inputs(action, given)
         recorded = self.replay_inputs.get((node, occurrence))
         if recorded is None and self.replay_inputs:
             earlier = [o for n, o in self.replay_inputs if n == node and o < occurrence]

@@ -40,8 +40,8 @@ def burr_inputs(action: Any, inputs: dict) -> Optional[dict]:
     or a missing required input, which Burr refuses with its own error."""
     if any(k.startswith("__") for k in inputs):
         return None
-    required, optional = action.optional_and_required_inputs
-    given = {k: v for k, v in inputs.items() if k in required or k in optional} if inputs else {}
+    given = burr_compat.declared_inputs(action, inputs)
+    required, _ = action.optional_and_required_inputs
     if any(k not in given and not k.startswith("__") for k in required):
         return None
     return given
