@@ -28,6 +28,9 @@
        halt conditions, so that a fork replays each later turn as that call (engine.turns).
        A run of an older version has none: its forks stop at its step count, as before
 
+A database with tables but no `schema_version` is another application's: it is refused
+with a StoreError and left as it was (on SQLite not even its journal mode is set).
+
 Opening a database whose version is current reads one row and runs no DDL, takes no lock.
 Otherwise the opener takes the schema lock (`pg_advisory_xact_lock` on PostgreSQL, BEGIN
 IMMEDIATE on SQLite), reads the version again (another process may have migrated meanwhile)
@@ -186,10 +189,25 @@ def _check_not_newer(store, version: Optional[int]) -> None:
         )
 
 
+def _check_not_foreign(store, version: Optional[int]) -> None:
+    # Every Rewind database has had schema_version since its first layout: tables without it
+    # are another application's, and neither its `runs` nor its file is ours to change.
+    if version is not None:
+        return
+    tables = store._table_names()
+    if tables:
+        shown = ", ".join(tables[:6]) + (f" and {len(tables) - 6} more" if len(tables) > 6 else "")
+        raise StoreError(
+            f"{store.url} is not a Rewind database: it holds tables of another application "
+            f"({shown}) and no Rewind schema_version. Nothing in it was changed; point Rewind "
+            f"at a new file or an empty database")
+
+
 def ensure_schema(store) -> int:
     """Bring the database to SCHEMA_VERSION; returns the number of migrations applied."""
     version = current_version(store)
     _check_not_newer(store, version)
+    _check_not_foreign(store, version)
     if version == SCHEMA_VERSION:
         return 0
     if store.read_only:
@@ -201,6 +219,7 @@ def ensure_schema(store) -> int:
     with store.schema_lock():
         version = current_version(store)  # another process may have migrated meanwhile
         _check_not_newer(store, version)
+        _check_not_foreign(store, version)
         start = version or 0
         todo = [m for m in MIGRATIONS if m.version > start]
         for m in todo:

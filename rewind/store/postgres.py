@@ -304,6 +304,11 @@ class PostgresStore(SQLStore):
             "SELECT column_name FROM information_schema.columns WHERE table_name = ? "
             "AND table_schema = current_schema()", (table,))]
 
+    def _table_names(self) -> list:
+        return [r[0] for r in self.query(
+            "SELECT table_name FROM information_schema.tables WHERE table_schema = current_schema() "
+            "ORDER BY table_name")]
+
     def _create_search_index(self) -> None:
         """A pg_trgm GIN index on the runs' search columns joined (schema version 5): one index
         scan per search instead of three. CREATE EXTENSION may be refused (a role that may not

@@ -226,6 +226,10 @@ class SQLBase(abc.ABC):
     @abc.abstractmethod
     def _columns(self, table: str) -> list: ...
 
+    @abc.abstractmethod
+    def _table_names(self) -> list:
+        """The tables of the database (its current schema on PostgreSQL), Rewind's or not."""
+
     def lock_for_gc(self) -> None:
         """Inside a transaction: keep writers from adding references until it commits (a
         backend whose transactions already hold the only write lock needs nothing more)."""

@@ -120,7 +120,7 @@ class SQLiteStore(SQLStore):
         conn = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None,
                                check_same_thread=False)
         conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
-        if conn.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
+        if conn.execute("PRAGMA journal_mode").fetchone()[0] != "wal" and _new_or_ours(conn):
             conn.execute("PRAGMA journal_mode = WAL")  # written once, when the file is new
         conn.execute("PRAGMA synchronous = NORMAL")
         conn.execute("PRAGMA foreign_keys = OFF")
@@ -271,6 +271,11 @@ class SQLiteStore(SQLStore):
 
     def _columns(self, table: str) -> list:
         return [r[1] for r in self.query(f"PRAGMA table_info({table})")]
+
+    def _table_names(self) -> list:
+        return [r[0] for r in self.query(
+            "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' "
+            "ORDER BY name")]
 
     # the search index (schema version 5) ---------------------------------------------------
     def _create_search_index(self) -> None:
@@ -428,6 +433,13 @@ _INDEX_PENDING = (
     f"INSERT INTO {SEARCH_TABLE}(rowid, {_COLS}) SELECT rowid, {_COLS} FROM runs WHERE rowid > "
     f"(SELECT indexed_through FROM {SEARCH_MARK}); "
     f"UPDATE {SEARCH_MARK} SET indexed_through = (SELECT COALESCE(MAX(rowid), 0) FROM runs);")
+
+
+def _new_or_ours(conn: sqlite3.Connection) -> bool:
+    """Whether the file may be switched to WAL: a journal mode is written into the file, and
+    another application's file is refused by the schema check, unchanged (migrations)."""
+    names = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    return not names or "schema_version" in names
 
 
 class _Conn:
