@@ -72,3 +72,56 @@ def test_an_explicit_truncate_empties_the_log(tmp_path):
     assert busy == 0
     assert os.path.getsize(str(tmp_path / "t.db-wal")) == 0
     rw.close()
+
+
+_SCRIPT_WITHOUT_CLOSE = """
+import sys
+from rewind import Rewind
+from tests.shapes import linear
+rw = Rewind(sys.argv[1])
+for i in range(int(sys.argv[2])):
+    rw.run(linear(), {"topic": f"t{i}"})
+print(len(rw.list_runs()))
+"""  # and no rw.close(): a short script as a user writes it
+
+
+def _run_script(path: str, runs: int) -> int:
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", _SCRIPT_WITHOUT_CLOSE, path, str(runs)],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    return int(done.stdout.split()[-1])
+
+
+def test_a_script_that_never_closes_leaves_its_runs_in_the_file_itself(tmp_path):
+    path = str(tmp_path / "rewind.db")
+    watcher = Rewind(path)  # another process has the store open meanwhile (the dashboard)
+    assert _run_script(path, 3) == 3
+    assert _run_script(path, 2) == 5
+    assert os.path.getsize(path + "-wal") == 0, "the exiting script left its commits in the log"
+    # a copy of rewind.db alone (a backup, a file sent to a colleague) holds every run
+    os.makedirs(tmp_path / "copy")
+    with open(path, "rb") as src, open(tmp_path / "copy" / "rewind.db", "wb") as dst:
+        dst.write(src.read())
+    plain = sqlite3.connect(str(tmp_path / "copy" / "rewind.db"))
+    assert plain.execute("SELECT COUNT(*) FROM runs").fetchone()[0] == 5
+    plain.close()
+    assert len(watcher.list_runs()) == 5
+    watcher.close()
+
+
+def test_an_exit_blocked_by_another_writer_loses_nothing(tmp_path):
+    path = str(tmp_path / "rewind.db")
+    Rewind(path).close()
+    holder = sqlite3.connect(path, isolation_level=None)
+    holder.execute("BEGIN")
+    holder.execute("SELECT COUNT(*) FROM runs").fetchone()  # a reader pins the log's start
+    try:
+        assert _run_script(path, 2) == 2  # exits (the checkpoint gives up), does not hang
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    with Rewind(path) as again:
+        assert len(again.list_runs()) == 2

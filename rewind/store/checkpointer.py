@@ -22,10 +22,17 @@ this file system: 0.76 s against 0.15 s once in 2,000).
 What the thread does with SQLite it does holding `lock`: `os.fork()` waits for it (a child
 must not inherit a thread stopped inside SQLite), and so does an explicit checkpoint
 (`checkpoint`). An idle thread exits after IDLE_EXIT_S and is started again on demand.
+
+A process that exits without closing its store (a short script that never calls
+`Rewind.close()`) would leave everything it wrote in the log alone: a copy of the database
+file would hold none of it. So at exit each store that committed since its last complete
+checkpoint gets one more (TRUNCATE, on a connection of its own, waiting at most EXIT_WAIT_MS
+for another process's reader or writer).
 """
 
 from __future__ import annotations
 
+import atexit
 import logging
 import os
 import sqlite3
@@ -36,6 +43,7 @@ from typing import Optional
 COMMITS_PER_CHECKPOINT = 16  # ~300-500 pages of a recording, ~280 of no-edit forks
 VALVE_PAGES = 8_192  # 32 MB of log at 4 KB pages: the writer's own autocheckpoint
 IDLE_EXIT_S = 5.0
+EXIT_WAIT_MS = 2_000  # a process's exit waits no longer for another's transaction
 CATCH_UP_PASSES = 4  # a pass copies what the last one's fsync let writers add: fewer each time
 logger = logging.getLogger("rewind")
 
@@ -54,6 +62,7 @@ class WalCheckpointer:
         self.passes = 0  # checkpoints the thread ran (tests wait on `checkpointed`)
         self.checkpointed = threading.Event()
         self._commits = 0
+        self.unflushed = False  # committed since the last complete checkpoint
         self._thread: Optional[threading.Thread] = None
         self._pid = os.getpid()
         self._closed = False
@@ -62,6 +71,7 @@ class WalCheckpointer:
     def note_commit(self) -> None:
         """Called after each commit of a writer connection: every COMMITS_PER_CHECKPOINT
         commits, the thread is woken (started if it is not running)."""
+        self.unflushed = True
         self._commits += 1
         if self._commits < COMMITS_PER_CHECKPOINT:
             return
@@ -116,9 +126,12 @@ class WalCheckpointer:
                         # again while commits made during the last pass's fsync remain: a
                         # log copied to its end is rewound by the next writer (not grown)
                         for _ in range(CATCH_UP_PASSES):
+                            self.unflushed = False  # a commit from here on sets it again
                             _, log, done = conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
                             if done >= log:
                                 break
+                        else:
+                            self.unflushed = True
                         self.passes += 1
                         self.checkpointed.set()
                     except sqlite3.Error as e:  # another checkpointer, a vanished file: later
@@ -131,11 +144,44 @@ class WalCheckpointer:
                 if self._thread is threading.current_thread():
                     self._thread = None
 
-    def _open(self) -> sqlite3.Connection:
-        conn = sqlite3.connect(self.path, timeout=self.busy_timeout_ms / 1000,
-                               isolation_level=None, check_same_thread=False)
+    def _open(self, busy_timeout_ms: Optional[int] = None) -> sqlite3.Connection:
+        timeout = (busy_timeout_ms or self.busy_timeout_ms) / 1000
+        conn = sqlite3.connect(self.path, timeout=timeout, isolation_level=None,
+                               check_same_thread=False)
         conn.execute("PRAGMA synchronous = NORMAL")
         return conn
+
+    def flush_at_exit(self) -> None:
+        """Copy the log into the database file, if this process committed since the last
+        complete checkpoint and the log is still there (a closed store's last connection
+        has already copied and removed it)."""
+        if not self.unflushed or self._pid != os.getpid():
+            return
+        try:
+            if not os.path.getsize(self.path + "-wal"):
+                return
+        except OSError:
+            return
+        if not self.lock.acquire(timeout=EXIT_WAIT_MS / 1000):
+            return  # the thread is inside a checkpoint of its own
+        try:
+            conn = self._open(EXIT_WAIT_MS)
+            try:
+                conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+                self.unflushed = False
+            finally:
+                conn.close()
+        except sqlite3.Error as e:  # exiting regardless: the log still holds every commit
+            logger.warning("%s: the write-ahead log was not copied into the file at exit (%s); "
+                           "it holds the data until the next open", self.path, e)
+        finally:
+            self.lock.release()
+
+
+@atexit.register
+def _flush_at_exit() -> None:
+    for c in list(_live):
+        c.flush_at_exit()
 
 
 _held: list = []  # the locks _before_fork took, for _after_fork to give back
