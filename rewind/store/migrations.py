@@ -195,7 +195,7 @@ def _check_not_foreign(store, version: Optional[int]) -> None:
     if version is not None:
         return
     tables = store._table_names()
-    if tables:
+    if tables and "schema_version" not in tables:  # there now: another opener just made it
         shown = ", ".join(tables[:6]) + (f" and {len(tables) - 6} more" if len(tables) > 6 else "")
         raise StoreError(
             f"{store.url} is not a Rewind database: it holds tables of another application "
