@@ -26,6 +26,8 @@ import threading
 import types
 from typing import Any, Callable, Optional
 
+from burr.core.action import FunctionBasedAction
+
 from . import hashing
 from .dynamicreach import module_units
 from .classfields import reach_fields
@@ -42,6 +44,7 @@ from .codeorigin import (  # noqa: F401  (re-exported: hashing keys params with 
 # --- reaching -------------------------------------------------------------------------------
 
 _MISSING = object()
+_ACTION_ATTRIBUTE = FunctionBasedAction.ACTION_FUNCTION  # where `@action` hangs its Action
 
 
 def _unit(obj: Any) -> str:
@@ -146,10 +149,34 @@ class _Walk:
                 else:  # spelled by its fields alone in the legacy layer
                     self.reach_user_objects(value, unit)
             module_reads(self, f, code)
+        for f in list(self.visited):
+            if inspect.isfunction(f) and module_kind(f.__module__ or "") == USER:
+                self.reach_attributes(f, _unit(f), own_action=True)
         done = 0
         while done < len(self.wrappers):  # visiting one may find more
-            self.visit_function(self.wrappers[done], layer=True)
+            layer = self.wrappers[done]
+            self.visit_function(layer, layer=True)
+            # a singledispatch helper's registry lives on its wrapper, not on what it wraps
+            self.reach_attributes(layer, f"{_unit(layer)}.<wrapped by {layer.__code__.co_qualname}>",
+                                  own_action=True)
             done += 1
+
+    def reach_attributes(self, f: Any, unit: str, own_action: bool = False) -> None:
+        """What is set on a user function (`helper.k = 2`, a singledispatch registry): its
+        code reads it at run time, so it is part of the key. Not its `__wrapped__` (visited
+        as code) nor its methods bound to itself (Burr's `.bind`). `own_action`: the Action
+        `@action` hangs on a function the walk already follows as code says nothing more
+        (keying it would add Burr's version to every node's key, a miss on every upgrade)."""
+        dispatcher = isinstance(getattr(f, "registry", None), types.MappingProxyType) and callable(
+            getattr(f, "dispatch", None))
+        for name, attr in attributes(f):
+            if name == "__wrapped__" or getattr(attr, "__self__", None) is f:
+                continue
+            if dispatcher and name == "_clear_cache":
+                continue  # singledispatch's cache of types dispatched so far: not code
+            if own_action and name == _ACTION_ATTRIBUTE:
+                continue
+            self.reach_value(attr, f"{unit}.{name}")
 
     def add(self, unit: str, spelling: Any) -> None:
         self.reach[unit] = spelling
@@ -289,9 +316,7 @@ class _Walk:
                     self.visit_function(value)
                     # what is set on it: Burr's `@action` keeps its action there, and
                     # `.bind(p=...)` the bound arguments
-                    for name, attr in attributes(value):
-                        if name != "__wrapped__" and getattr(attr, "__self__", None) is not value:
-                            self.reach_value(attr, f"{unit}.{name}")
+                    self.reach_attributes(value, unit)
             elif kind == PACKAGE:
                 self.add_package(value.__module__)
             return

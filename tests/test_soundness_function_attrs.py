@@ -1,0 +1,152 @@
+"""Values set on a function and singledispatch registries are part of a node's key.
+
+Seen by a stranger: with the helper in the node's own module, `helper.k = 2` changed to 5, an
+attribute the action function set on itself (`n.k = 2`), or a `functools.singledispatch`
+implementation changed from `v * 2` to `v * 5`, the next process was served the old output
+(y = 6 where plain Burr computes 15). The same helpers in another module missed. And a
+singledispatch helper in another module that had dispatched two types could not be keyed at
+all: its dispatch cache (weak references) entered the key.
+
+Each run is a fresh `python run.py` against one database, as a user editing code would do.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+FILES = {
+    "dispatch_mod.py": textwrap.dedent('''\
+        import functools
+
+        @functools.singledispatch
+        def scale(v):
+            return v
+
+        @scale.register(int)
+        def _(v):
+            return v * 2
+
+        scale(1), scale("warm"), scale(1.5)  # the dispatch cache holds three types now
+    '''),
+    "app.py": textwrap.dedent('''\
+        import functools
+
+        from burr.core.graph import GraphBuilder
+
+        import rewind
+        from dispatch_mod import scale
+
+        def helper(v):
+            return v * helper.k
+
+        helper.k = 2
+
+        @functools.singledispatch
+        def local_scale(v):
+            return v
+
+        @local_scale.register(int)
+        def _(v):
+            return v * 2
+
+        @rewind.action(reads=["x"], writes=["attr_helper"])
+        def attr_helper(state):
+            return state.update(attr_helper=helper(state["x"]))
+
+        @rewind.action(reads=["x"], writes=["attr_self"])
+        def attr_self(state):
+            return state.update(attr_self=state["x"] * attr_self.k)
+
+        attr_self.k = 2
+
+        @rewind.action(reads=["x"], writes=["dispatch_same"])
+        def dispatch_same(state):
+            return state.update(dispatch_same=local_scale(state["x"]))
+
+        @rewind.action(reads=["x"], writes=["dispatch_other"])
+        def dispatch_other(state):
+            return state.update(dispatch_other=scale(state["x"]))
+
+        NODES = ["attr_helper", "attr_self", "dispatch_same", "dispatch_other"]
+        graph = (GraphBuilder().with_actions(**{n: globals()[n] for n in NODES})
+                 .with_transitions(*zip(NODES, NODES[1:])).build())
+        pipeline = rewind.Pipeline(name="attrs", graph=graph, entrypoint=NODES[0])
+    '''),
+    "run.py": textwrap.dedent('''\
+        import json, sys
+        import rewind
+        import app
+        rw = rewind.Rewind(sys.argv[1])
+        run = rw.run(app.pipeline, {"x": 3})
+        state = rw.state_at(run.steps[-1])
+        print(json.dumps({"status": run.status, "error": run.error,
+                          "state": {k: v for k, v in state.items() if k in app.NODES},
+                          "ran": sorted(s.node for s in run.steps if s.status == "executed")}))
+        rw.close()
+    '''),
+}
+
+# (what is edited, file, old text, new text, the node that must run again)
+EDITS = [
+    ("an attribute of a same-module helper", "app.py", "helper.k = 2", "helper.k = 5", "attr_helper"),
+    ("an attribute the action set on itself", "app.py", "attr_self.k = 2", "attr_self.k = 5", "attr_self"),
+    ("a same-module singledispatch implementation", "app.py", "return v * 2", "return v * 5",
+     "dispatch_same"),
+    ("another module's singledispatch implementation", "dispatch_mod.py", "return v * 2",
+     "return v * 5", "dispatch_other"),
+]
+
+
+def _write(root, name, text):
+    with open(os.path.join(root, name), "w", encoding="utf-8") as f:
+        f.write(text)
+
+
+def _run(root, db) -> dict:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([root, ROOT]), "PYTHONDONTWRITEBYTECODE": "1",
+           "PYTHONHASHSEED": "random"}
+    out = subprocess.run([sys.executable, "run.py", db], cwd=root, env=env, capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    assert got["status"] == "completed", got
+    return got
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    root = str(tmp_path_factory.mktemp("attrs"))
+    for name, text in FILES.items():
+        _write(root, name, text)
+    db = os.path.join(root, "rewind.db")
+    results = {"first": _run(root, db), "unchanged": _run(root, db)}
+    for what, name, old, new, _node in EDITS:
+        with open(os.path.join(root, name), encoding="utf-8") as f:
+            text = f.read()
+        assert old in text, (name, old)
+        _write(root, name, text.replace(old, new))
+        results[what] = _run(root, db)
+    return results
+
+
+def test_an_unchanged_rerun_in_a_new_process_is_served_whole(runs):
+    assert runs["first"]["ran"] == sorted(n for *_, n in EDITS)
+    assert runs["first"]["state"] == {n: 6 for *_, n in EDITS}
+    assert runs["unchanged"]["ran"] == [], "a key moved between two processes of the same code"
+    assert runs["unchanged"]["state"] == runs["first"]["state"]
+
+
+@pytest.mark.parametrize("what,name,old,new,node", EDITS, ids=[e[0] for e in EDITS])
+def test_an_edit_of_what_a_function_holds_reruns_its_node_with_plain_burrs_result(
+        runs, what, name, old, new, node):
+    got = runs[what]
+    assert got["ran"] == [node], f"{what}: served from the cache or ran more than {node}"
+    assert got["state"][node] == 15  # 3 * 5, as plain Burr computes with the edited code
