@@ -176,6 +176,7 @@ class _Walk:
                 continue  # singledispatch's cache of types dispatched so far: not code
             if own_action and name == _ACTION_ATTRIBUTE:
                 continue
+            self.bindings.append((("a", f, name), attr))  # set again at run time: walked again
             self.reach_value(attr, f"{unit}.{name}")
 
     def add(self, unit: str, spelling: Any) -> None:

@@ -150,3 +150,20 @@ def test_an_edit_of_what_a_function_holds_reruns_its_node_with_plain_burrs_resul
     got = runs[what]
     assert got["ran"] == [node], f"{what}: served from the cache or ran more than {node}"
     assert got["state"][node] == 15  # 3 * 5, as plain Burr computes with the edited code
+
+
+def test_an_attribute_set_again_in_the_same_process_changes_the_key(tmp_path, monkeypatch):
+    for name, text in FILES.items():
+        _write(str(tmp_path), name, text)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import app
+
+    from rewind.fingerprint import code_fingerprint, describe_fingerprint
+
+    before = code_fingerprint(app.attr_helper), code_fingerprint(app.attr_self)
+    monkeypatch.setattr(app.helper, "k", 5)
+    monkeypatch.setattr(app.attr_self, "k", 5)
+    after = code_fingerprint(app.attr_helper), code_fingerprint(app.attr_self)
+    assert before[0] != after[0] and before[1] != after[1]
+    assert "app.helper.k" in describe_fingerprint(app.attr_helper)
+    assert "app.attr_self.k" in describe_fingerprint(app.attr_self)
