@@ -36,7 +36,7 @@ FILES = {
 
         scale(1), scale("warm"), scale(1.5)  # the dispatch cache holds three types now
     '''),
-    "app.py": textwrap.dedent('''\
+    "attrs_app.py": textwrap.dedent('''\
         import functools
 
         from burr.core.graph import GraphBuilder
@@ -83,7 +83,7 @@ FILES = {
     "run.py": textwrap.dedent('''\
         import json, sys
         import rewind
-        import app
+        import attrs_app as app
         rw = rewind.Rewind(sys.argv[1])
         run = rw.run(app.pipeline, {"x": 3})
         state = rw.state_at(run.steps[-1])
@@ -96,9 +96,9 @@ FILES = {
 
 # (what is edited, file, old text, new text, the node that must run again)
 EDITS = [
-    ("an attribute of a same-module helper", "app.py", "helper.k = 2", "helper.k = 5", "attr_helper"),
-    ("an attribute the action set on itself", "app.py", "attr_self.k = 2", "attr_self.k = 5", "attr_self"),
-    ("a same-module singledispatch implementation", "app.py", "return v * 2", "return v * 5",
+    ("an attribute of a same-module helper", "attrs_app.py", "helper.k = 2", "helper.k = 5", "attr_helper"),
+    ("an attribute the action set on itself", "attrs_app.py", "attr_self.k = 2", "attr_self.k = 5", "attr_self"),
+    ("a same-module singledispatch implementation", "attrs_app.py", "return v * 2", "return v * 5",
      "dispatch_same"),
     ("another module's singledispatch implementation", "dispatch_mod.py", "return v * 2",
      "return v * 5", "dispatch_other"),
@@ -156,7 +156,7 @@ def test_an_attribute_set_again_in_the_same_process_changes_the_key(tmp_path, mo
     for name, text in FILES.items():
         _write(str(tmp_path), name, text)
     monkeypatch.syspath_prepend(str(tmp_path))
-    import app
+    import attrs_app as app
 
     from rewind.fingerprint import code_fingerprint, describe_fingerprint
 
@@ -165,5 +165,5 @@ def test_an_attribute_set_again_in_the_same_process_changes_the_key(tmp_path, mo
     monkeypatch.setattr(app.attr_self, "k", 5)
     after = code_fingerprint(app.attr_helper), code_fingerprint(app.attr_self)
     assert before[0] != after[0] and before[1] != after[1]
-    assert "app.helper.k" in describe_fingerprint(app.attr_helper)
-    assert "app.attr_self.k" in describe_fingerprint(app.attr_self)
+    assert "attrs_app.helper.k" in describe_fingerprint(app.attr_helper)
+    assert "attrs_app.attr_self.k" in describe_fingerprint(app.attr_self)
