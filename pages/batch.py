@@ -72,6 +72,12 @@ def _json_object(text: str, label: str):
     except json.JSONDecodeError as e:
         st.error(f"{label}: invalid JSON ({md(e.msg)} at line {e.lineno} column {e.colno})")
         st.stop()
+    except RecursionError:
+        st.error(f"{label}: nested too deeply for Python's JSON parser; flatten it")
+        st.stop()
+    except ValueError as e:  # an integer of more than 4,300 digits, NaN
+        st.error(f"{label}: {md(str(e).split(';')[0])}")
+        st.stop()
     if not isinstance(value, dict):
         st.error(f"{label}: expected a JSON object like {{\"temperature\": 0.7}}")
         st.stop()

@@ -15,6 +15,7 @@ from typing import Any, Optional
 from .fmt import json_text, to_jsonable
 
 TEXT, INT, FLOAT, BOOL, JSON = "text", "int", "float", "bool", "json"
+_EXACT_IN_A_DOUBLE = 2**53 - 1
 
 
 class FieldError(ValueError):
@@ -36,7 +37,9 @@ def kind_of(value: Any) -> str:
     if isinstance(value, bool):
         return BOOL
     if isinstance(value, int):
-        return INT
+        # a number input holds a JavaScript double: past 2**53 it rounds (and Streamlit resets
+        # a value it cannot hold to 0), so a big integer is edited as exact JSON text
+        return INT if abs(value) <= _EXACT_IN_A_DOUBLE else JSON
     if isinstance(value, float) and math.isfinite(value):
         return FLOAT
     if isinstance(value, str):
@@ -94,6 +97,10 @@ def parse_value(kind: str, raw: Any, field: str) -> Any:
             raise FieldError(
                 field, f"is not valid JSON: {e.msg} at line {e.lineno}, column {e.colno}"
             ) from None
+        except RecursionError:
+            raise FieldError(field, "is nested too deeply for Python's JSON parser; flatten it") from None
+        except ValueError as e:  # an integer of more than 4,300 digits
+            raise FieldError(field, f"holds a value JSON cannot give Python ({str(e).split(';')[0]})") from None
     if kind == INT:
         if raw is None:
             raise FieldError(field, "needs a whole number")

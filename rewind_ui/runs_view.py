@@ -55,6 +55,10 @@ def parse_initial_state(raw: Optional[str], pipeline: Any = None) -> tuple:
     except json.JSONDecodeError as e:
         return None, (f"Initial state: not valid JSON ({fmt.md_escape(e.msg)} at line {e.lineno}, "
                       f"column {e.colno}). Nothing was run.")
+    except RecursionError:
+        return None, "Initial state: nested too deeply for Python's JSON parser; flatten it. Nothing was run."
+    except ValueError as e:  # an integer of more than 4,300 digits
+        return None, f"Initial state: {fmt.md_escape(str(e).split(';')[0])}. Nothing was run."
     if not isinstance(state, dict):
         return None, "Initial state: must be a JSON object like {\"question\": \"…\"}. Nothing was run."
     if pipeline is None:
