@@ -5,7 +5,7 @@ points, the preview and the replay summary come from rewind_ui/fork_view.py."""
 import streamlit as st
 
 import rewind
-from rewind_ui import access, core, editors, fmt, selection, shell
+from rewind_ui import access, core, editors, fmt, selection, shell, textview
 from rewind_ui import model_settings
 from rewind_ui import fork_view as view
 from rewind_ui import graph as ug
@@ -142,7 +142,7 @@ elif not edit and not params:
     )
 else:
     # long values are cut here (the whole value is what the replay sends)
-    st.json(fmt.preview_value(fmt.to_jsonable({"at": key, "edit": edit, "params": params})))
+    textview.show_json(fmt.preview_value(fmt.to_jsonable({"at": key, "edit": edit, "params": params})))
     for text in view.text_diffs({**edit, **params}, {**poriginals, **originals}):
         st.code(text, language="diff")
 

@@ -220,7 +220,7 @@ if run.error or run.status in ("interrupted", "failed"):
 change = view.fork_change(run)
 if change is not None:
     with st.expander("What this fork changed"):
-        st.json(change)
+        textview.show_json(change)
 
 run_alarms = core.alarms_for(run)
 alarmed = view.alarmed_nodes(run_alarms)
@@ -308,7 +308,7 @@ if sel_key and sel_key in by_key:
     with tabs[2]:
         textview.show_calls(calls)
     with tabs[3]:
-        st.json(fmt.to_jsonable(step.params or {}), expanded=2)
+        textview.show_json(fmt.to_jsonable(step.params or {}), expanded=2)
     with tabs[4]:
         try:
             snap = rw.state_at(step)
@@ -318,7 +318,7 @@ if sel_key and sel_key in by_key:
         if snap is None:
             st.caption("No saved state for this step.")
         else:
-            st.json(fmt.to_jsonable(fmt.public_state(snap)), expanded=1)
+            textview.show_json(fmt.to_jsonable(fmt.public_state(snap)), expanded=1)
     with tabs[5]:
         st.json(step.field_hashes or {})
 

@@ -12,10 +12,9 @@ import json
 import math
 from typing import Any, Optional
 
-from .fmt import json_text, to_jsonable
+from .fmt import exact_in_a_browser, json_text, to_jsonable
 
 TEXT, INT, FLOAT, BOOL, JSON = "text", "int", "float", "bool", "json"
-_EXACT_IN_A_DOUBLE = 2**53 - 1
 
 
 class FieldError(ValueError):
@@ -39,7 +38,7 @@ def kind_of(value: Any) -> str:
     if isinstance(value, int):
         # a number input holds a JavaScript double: past 2**53 it rounds (and Streamlit resets
         # a value it cannot hold to 0), so a big integer is edited as exact JSON text
-        return INT if abs(value) <= _EXACT_IN_A_DOUBLE else JSON
+        return INT if exact_in_a_browser(value) else JSON
     if isinstance(value, float) and math.isfinite(value):
         return FLOAT
     if isinstance(value, str):

@@ -222,6 +222,24 @@ def to_jsonable(value: Any, _depth: int = 0) -> Any:
     return repr(value)
 
 
+EXACT_IN_A_BROWSER = 2**53 - 1  # the largest integer a JavaScript number holds exactly
+
+
+def exact_in_a_browser(value: Any, _depth: int = 0) -> bool:
+    """Whether a JSON value's integers survive the browser's numbers (st.json, a number
+    input): past 2**53 they round (10**20 shows as 100000000000000000000, 2**53 + 1 as
+    its neighbour)."""
+    if isinstance(value, bool) or _depth > 60:
+        return True
+    if isinstance(value, int):
+        return abs(value) <= EXACT_IN_A_BROWSER
+    if isinstance(value, dict):
+        return all(exact_in_a_browser(v, _depth + 1) for v in value.values())
+    if isinstance(value, (list, tuple)):
+        return all(exact_in_a_browser(v, _depth + 1) for v in value)
+    return True
+
+
 def json_text(value: Any) -> str:
     """Pretty JSON for an editor: exact for JSON values, best effort otherwise."""
     return json.dumps(to_jsonable(value), indent=2, ensure_ascii=False, sort_keys=False)

@@ -6,6 +6,7 @@ model output is never live HTML.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import streamlit as st
@@ -37,7 +38,15 @@ def show_fields(values: Any, empty: str = "Nothing recorded.", expanded: int = 2
         if len(text) > SHOW_CHARS:
             st.caption(f"Cut at {SHOW_CHARS:,} characters; the whole value: `rewind show RUN --json`.")
     if rest:
-        st.json(fmt.preview_value(fmt.to_jsonable(rest), SHOW_CHARS), expanded=expanded)
+        show_json(fmt.preview_value(fmt.to_jsonable(rest), SHOW_CHARS), expanded=expanded)
+
+
+def show_json(value: Any, expanded: Any = True) -> None:
+    """A JSON value as st.json, or as JSON text where st.json would round an integer."""
+    if fmt.exact_in_a_browser(value):
+        st.json(value, expanded=expanded)
+    else:
+        st.code(json.dumps(value, indent=2, ensure_ascii=False), language="json")
 
 
 def show_calls(calls: list) -> None:

@@ -114,3 +114,10 @@ def test_start_a_run_with_json_nested_too_deeply_is_a_message(rw):
     assert state is None and "nested too deeply" in problem and "Nothing was run" in problem
     state, problem = runs_view.parse_initial_state('{"n": ' + "9" * 5000 + "}", PIPELINE)
     assert state is None and "digits" in problem
+
+
+def test_a_big_integer_in_a_steps_state_is_shown_exactly(rw, root):
+    at = ok(app(query={"run": root.id, "node": "calc"}).run())
+    shown = [c.value for c in at.code]
+    assert any(str(BIG) in c for c in shown), "st.json would show 2**53 + 1 as 2**53"
+    assert not any(str(BIG) in str(j.value) for j in at.json)
