@@ -13,14 +13,14 @@ import sys
 from typing import Optional, Sequence
 
 from ..errors import InvalidRequest, RewindError
-from .output import one_line
+from .output import TerminalSafe, one_line, terminal_safe
 from .parser import build_parser
 
 EXIT_OK, EXIT_FAILED, EXIT_INTERRUPTED = 0, 1, 130
 
 
 def _report(message: str) -> None:
-    sys.stderr.write(f"rewind: error: {one_line(message)}\n")
+    sys.stderr.write(f"rewind: error: {terminal_safe(one_line(message))}\n")
     sys.stderr.flush()
 
 
@@ -54,8 +54,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     burr_level = burr_log.level
     burr_log.setLevel(logging.CRITICAL)  # a failed node is reported by Rewind, once
     logging.basicConfig(level=logging.WARNING, format="rewind: %(levelname)s: %(message)s")
-    out = sys.stdout
-    _tolerant(out)
+    _tolerant(sys.stdout)
+    out = TerminalSafe(sys.stdout)
     try:
         if args.db is not None and not args.db.strip():
             # an empty --db (often an unset shell variable) must not quietly mean ./rewind.db

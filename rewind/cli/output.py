@@ -16,6 +16,30 @@ from typing import Any, Optional, Sequence
 from ..fmt import fmt_ms, fmt_ts, short_hash
 
 
+# Control characters a run's data may hold (a model's output, an input): written raw they drive
+# the user's terminal (ESC]0;...BEL sets its title, ESC[2J clears it, CR overwrites a line). They
+# are shown as \uXXXX, which is also how JSON spells them, so JSON output still parses the same.
+_CONTROLS = {c: f"\\u{c:04x}" for c in [*range(0x00, 0x20), *range(0x7F, 0xA0)] if c not in (0x09, 0x0A)}
+
+
+def terminal_safe(text: str) -> str:
+    """`text` with every control character but tab and newline spelled as \\uXXXX."""
+    return text.translate(_CONTROLS)
+
+
+class TerminalSafe:
+    """A text stream that writes what it is given through `terminal_safe`."""
+
+    def __init__(self, stream: Any):
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        return self._stream.write(terminal_safe(text))
+
+    def __getattr__(self, name: str) -> Any:  # flush, isatty, encoding, fileno
+        return getattr(self._stream, name)
+
+
 def one_line(text: Any) -> str:
     return " ".join(str(text).split())
 
