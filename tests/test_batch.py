@@ -194,3 +194,18 @@ def test_a_pipeline_workers_cannot_import_is_refused_before_any_fork(tmp_path):
         batch_fork(rw, "only", runs=[run.id], params=None, edit={"n": 2})
     assert rw.count_runs() == 1
     rw.close()
+
+
+def test_a_read_only_store_refuses_the_batch_once_and_plans_still(tmp_path):
+    """A stranger's find: on a read-only store every row failed with the read-only message,
+    where fork, resume and gc refuse once, up front."""
+    path = str(tmp_path / "rewind.db")
+    with rewind.Rewind(path) as rw:
+        rw.run(app.pipeline, {"n": 3})
+    ro = rewind.Rewind(f"sqlite:///{path}?mode=ro")
+    assert ro.store.read_only
+    with pytest.raises(rewind.ReadOnlyError, match="run a batch of forks"):
+        batch_fork(ro, "judge", pipeline=app.pipeline, params={"threshold": 20})
+    assert plan_batch(ro, "judge", pipeline=app.pipeline, params={"threshold": 20}).runs == 1
+    assert ro.count_runs() == 1
+    ro.close()

@@ -621,6 +621,8 @@ def test_a_read_only_store_offers_no_replay_and_no_demo_run(rw, runs, monkeypatc
     at = ok(app(state={"fork_run": root.id, "fork_node": "critique"}).run())
     at = goto(at, "fork")
     assert button(at, "Replay").disabled
+    at = goto(at, "batch")
+    assert button(at, "Run batch").disabled
 
 
 def test_an_interrupted_run_says_why_and_can_be_resumed(rw, runs):

@@ -76,6 +76,7 @@ def batch_fork(rw: Any, at: str, *, runs: Optional[list] = None, pipeline: Any =
         raise InvalidRequest("metric must be a callable(state) -> float", field="metric")
     if address is not None and executor != "ray":
         raise InvalidRequest("address= is for executor='ray' (a Ray cluster)", field="address")
+    rw.store.require_writable("run a batch of forks")  # once, not as a failure in every row
     request, sources = prepare(rw, at, runs=runs, pipeline=pipeline, status=status, limit=limit,
                                edit=edit, params=params, outcome=outcome,
                                noise_samples=noise_samples)
