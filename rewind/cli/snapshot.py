@@ -18,6 +18,13 @@ EXIT_OK, EXIT_DIVERGED = 0, 1
 MAX_REPEATS = 1000
 
 
+def plugin_installed() -> bool:
+    """Whether pytest finds Rewind's plugin by itself (its `pytest11` entry point)."""
+    from importlib.metadata import entry_points
+
+    return any(e.value == "rewind.testing.plugin" for e in entry_points(group="pytest11"))
+
+
 def cmd_snapshot(args, out) -> int:
     from ..testing import snapshot
     from ..testing.format import destination
@@ -33,8 +40,9 @@ def cmd_snapshot(args, out) -> int:
                             pipeline_spec=args.pipeline,
                             on_progress=progress.callback() if progress else None)
     print(f"snapshot of run {run.id} ({len(run.steps)} steps) written to {path}", file=out)
-    print(f"replay it: pytest {path} -p rewind.testing.plugin   (or `{args.prog} replay {path}`)",
-          file=out)
+    # installed, pytest loads the plugin by its entry point, and `-p` would load it twice
+    flag = "" if plugin_installed() else " -p rewind.testing.plugin"
+    print(f"replay it: pytest {path}{flag}   (or `{args.prog} replay {path}`)", file=out)
     return EXIT_OK
 
 

@@ -73,6 +73,12 @@ def destination(path: Any, what: str = "path") -> Path:
     """The file a snapshot at `path` is written to: a symlink is followed to its target, and a
     target that exists but is not a regular file (a directory, FIFO, device) is refused, as is
     a parent that is not a directory. Cheap, so callers check before the audit's work."""
+    if not os.fspath(path).strip():
+        raise InvalidRequest(f"{what} is empty; give the path of a snapshot file (e.g. "
+                             "tests/rewind/NAME.json)", field=what)
+    if Path(os.fspath(path)).suffix != ".json":  # is_snapshot_file: what pytest collects
+        raise InvalidRequest(f"{what} {os.fspath(path)} does not end in .json, so pytest would "
+                             "never collect it as a test; name it NAME.json", field=what)
     target = Path(os.path.realpath(os.fspath(path)))
     try:
         st = os.lstat(target)
@@ -162,9 +168,36 @@ def check(doc: Any, where: str) -> dict:
     if not isinstance(pipeline, dict) or not pipeline.get("spec"):
         raise SnapshotError(f"{where}: \"pipeline\" must name the pipeline to import as "
                             "{\"spec\": \"package.module:attribute\"}")
+    if not isinstance(pipeline["spec"], str):
+        raise SnapshotError(f"{where}: \"pipeline\".\"spec\" must be a string like "
+                            "\"package.module:attribute\", not {pipeline['spec']!r}")
     steps = doc.get("steps")
     if not isinstance(steps, list) or not all(isinstance(s, dict) and s.get("node") for s in steps):
         raise SnapshotError(f"{where}: \"steps\" must be a list of steps, each with a \"node\"")
+    for i, step in enumerate(steps):
+        _check_step(step, f"{where}: step {i + 1} ({step['node']!r})")
     if not isinstance(doc.get("initial_state", {}), dict):
         raise SnapshotError(f"{where}: \"initial_state\" must be an object")
     return doc
+
+
+# a step's keys and the JSON type each must have (absent is fine: the replay has defaults)
+_STEP_TYPES = {
+    "node": (str, "a string"), "status": (str, "a string"), "determinism": (str, "a string"),
+    "input_hash": (str, "a string"), "output_hash": (str, "a string"),
+    "fields": (dict, "an object"), "units": (dict, "an object"), "params": (dict, "an object"),
+    "overrides": (dict, "an object"), "runtime_inputs": (dict, "an object"),
+    "edit": (dict, "an object"), "outputs": (dict, "an object"), "audit": (dict, "an object"),
+    "deleted": (list, "a list"), "calls": (list, "a list"), "tools": (list, "a list"),
+}
+
+
+def _check_step(step: dict, where: str) -> None:
+    for key, (kind, spelled) in _STEP_TYPES.items():
+        value = step.get(key)
+        if value is not None and not isinstance(value, kind):
+            raise SnapshotError(f"{where}: \"{key}\" must be {spelled}, not {value!r:.60}")
+    occurrence = step.get("occurrence")
+    if occurrence is not None and (type(occurrence) is not int or occurrence < 1):
+        raise SnapshotError(f"{where}: \"occurrence\" must be a whole number from 1, not "
+                            f"{occurrence!r:.60}")

@@ -298,18 +298,26 @@ def _replay_step(pipeline: Any, step: dict, index: int, state: dict, cassette: C
         report.action, report.verdict, report.detail = "not reached", FAILED, str(e)
         return report
     input_hash = spec.input_hash(fields)
+    deleted = step.get("deleted") or []
+    if spec.output_hash(recorded, None, deleted) != step.get("output_hash"):
+        # served as recorded, they would stand for outputs the node never produced
+        report.action, report.verdict = "not reached", FAILED
+        report.detail = (f"the snapshot is inconsistent at {node}#{occurrence}: its recorded "
+                         "outputs do not hash to its output_hash (edited by hand?); re-record "
+                         "it with `rewind snapshot`")
+        return report
     if policy_of(inner).determinism == SIDE_EFFECT:
         report.action, report.verdict = "dry-run", NOT_COMPARED
         report.reason = ("side effect: never performed in a replay; its recorded outputs stand in"
                          + ("" if input_hash == step.get("input_hash") else
                             " (" + _why(step, fields, spec.units, record) + ")"))
         report.outputs, report.replayed_hash = recorded, step.get("output_hash")
-        _apply(state, recorded, spec.writes, step.get("deleted") or [])
+        _apply(state, recorded, spec.writes, deleted)
         return report
     if input_hash == step.get("input_hash") and record != ALL:
         report.reason = "same inputs and code as recorded: served from the snapshot"
         report.outputs, report.replayed_hash = recorded, step.get("output_hash")
-        _apply(state, recorded, spec.writes, step.get("deleted") or [])
+        _apply(state, recorded, spec.writes, deleted)
         return report
 
     report.action, report.reason = "executed", _why(step, fields, spec.units, record)
