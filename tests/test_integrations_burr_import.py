@@ -310,3 +310,47 @@ def test_an_import_killed_halfway_is_imported_whole_the_next_time(store_url, tmp
         assert [s.node for s in run.steps] == ["a", "b", "c", "d"]
         assert rw.state_at(run.steps[-1])["n"] == 4
         assert import_burr(rw, str(tmp_path / "burr" / "killed"), pipeline).skipped  # whole now
+
+
+def _mangle_log(app_dir, line_no: int, change) -> None:
+    import json
+    import os
+
+    path = os.path.join(app_dir, "log.jsonl")
+    with open(path, encoding="utf-8") as f:
+        lines = [json.loads(raw) for raw in f]
+    lines[line_no] = change(lines[line_no])
+    with open(path, "w", encoding="utf-8") as f:
+        f.write("".join(json.dumps(line) + "\n" for line in lines))
+
+
+@pytest.mark.parametrize("what, mangle, words", [
+    ("begin without sequence_id", ("log", "begin_entry", lambda l: {k: v for k, v in l.items() if k != "sequence_id"}),
+     r"line \d+ has no 'sequence_id'"),
+    ("start_time not a time", ("log", "begin_entry", lambda l: {**l, "start_time": "yesterday"}),
+     r"line \d+ is not what Burr's tracker writes \(Invalid isoformat string"),
+    ("end state a list", ("log", "end_entry", lambda l: {**l, "state": [1, 2]}),
+     r"line \d+ is not what Burr's tracker writes \(state is a list"),
+    ("a line that is a list", ("log", "begin_entry", lambda l: [l]), r"line \d+ is not what Burr's tracker writes"),
+    ("graph.json not JSON", ("file", "graph.json", "{oops"), r"graph.json is not JSON"),
+    ("metadata.json a list", ("file", "metadata.json", "[1]"), r"metadata.json holds list, not the JSON object"),
+], ids=lambda v: v if isinstance(v, str) and " " in v else "")
+def test_a_malformed_tracker_file_is_one_error_naming_it_and_imports_nothing(rw, tmp_path, what, mangle, words):
+    """A stranger's find: each of these was an 'internal error' (KeyError, ValueError,
+    AttributeError, JSONDecodeError, TypeError) where a log line that is not JSON was named."""
+    import json
+    import os
+
+    storage = str(tmp_path / "burr")
+    app_id = record_with_burr(storage, "essays", "bees")
+    app_dir = os.path.join(storage, "essays", app_id)
+    if mangle[0] == "file":
+        with open(os.path.join(app_dir, mangle[1]), "w", encoding="utf-8") as f:
+            f.write(mangle[2])
+    else:
+        with open(os.path.join(app_dir, "log.jsonl"), encoding="utf-8") as f:
+            kinds = [json.loads(raw).get("type") for raw in f]
+        _mangle_log(app_dir, kinds.index(mangle[1]), mangle[2])
+    with pytest.raises(InvalidRequest, match=words):
+        import_burr(rw, f"{storage}/essays", Pipeline("essays", graph(), "outline"))
+    assert rw.count_runs() == 0

@@ -79,11 +79,18 @@ def read_app(path: str) -> tuple:
     if not os.path.exists(log_path):
         raise NotFound(f"{path} holds no log.jsonl: not an app directory of Burr's tracker")
     graph, meta = {}, {}
-    for name in ("graph.json", "metadata.json"):
+    for name, into in (("graph.json", graph), ("metadata.json", meta)):
         p = os.path.join(path, name)
         if os.path.exists(p):
             with open(p, encoding="utf-8", errors="replace") as f:
-                (graph if name == "graph.json" else meta).update(json.load(f))
+                try:
+                    doc = json.load(f)
+                except ValueError as e:
+                    raise InvalidRequest(f"{p} is not JSON ({e}); is the file complete?") from None
+            if not isinstance(doc, dict):
+                raise InvalidRequest(f"{p} holds {type(doc).__name__}, not the JSON object Burr's "
+                                     "tracker writes")
+            into.update(doc)
     steps: dict = {}
     with open(log_path, "rb") as f:
         for n, raw in enumerate(f, 1):
@@ -91,18 +98,38 @@ def read_app(path: str) -> tuple:
                 line = json.loads(raw.decode("utf-8", errors="replace"))
             except ValueError:
                 raise InvalidRequest(f"{log_path} line {n} is not JSON; is the file complete?") from None
-            kind = line.get("type")
-            if kind == "begin_entry":
-                steps[line["sequence_id"]] = _BurrStep(
-                    seq=int(line["sequence_id"]), action=line["action"], start=_ts(line["start_time"]),
-                    inputs=serde.deserialize(line.get("inputs") or {}))
-            elif kind == "end_entry" and line["sequence_id"] in steps:
-                s = steps[line["sequence_id"]]
-                s.end, s.exception = _ts(line["end_time"]), line.get("exception")
-                s.result, s.state = line.get("result"), line.get("state") or {}
-            elif kind == "attribute" and line.get("action_sequence_id") in steps:
-                steps[line["action_sequence_id"]].attributes[line["key"]] = line.get("value")
+            try:
+                _read_line(line, steps, serde)
+            except (KeyError, TypeError, ValueError, AttributeError) as e:
+                what = f"has no {e}" if isinstance(e, KeyError) else f"is not what Burr's tracker writes ({e})"
+                raise InvalidRequest(f"{log_path} line {n} {what}") from None
     return graph, meta, [steps[k] for k in sorted(steps)]
+
+
+def _read_line(line: Any, steps: dict, serde: Any) -> None:
+    """One tracker log line into `steps`; KeyError / TypeError / ValueError where it is not
+    Burr's layout (read_app names the line)."""
+    if not isinstance(line, dict):
+        raise TypeError(f"a JSON {type(line).__name__}, not an object")
+    kind = line.get("type")
+    if kind == "begin_entry":
+        inputs = line.get("inputs") or {}
+        if not isinstance(inputs, dict):
+            raise TypeError(f"inputs is a {type(inputs).__name__}, not an object")
+        steps[line["sequence_id"]] = _BurrStep(
+            seq=int(line["sequence_id"]), action=str(line["action"]), start=_ts(line["start_time"]),
+            inputs=serde.deserialize(inputs))
+    elif kind == "end_entry" and line["sequence_id"] in steps:
+        state, result = line.get("state") or {}, line.get("result")
+        if not isinstance(state, dict):
+            raise TypeError(f"state is a {type(state).__name__}, not an object")
+        if result is not None and not isinstance(result, dict):
+            raise TypeError(f"result is a {type(result).__name__}, not an object")
+        s = steps[line["sequence_id"]]
+        s.end, s.exception = _ts(line["end_time"]), line.get("exception")
+        s.result, s.state = result, state
+    elif kind == "attribute" and line.get("action_sequence_id") in steps:
+        steps[line["action_sequence_id"]].attributes[line["key"]] = line.get("value")
 
 
 def _app_dirs(directory: str, project: Optional[str]) -> list:
