@@ -149,7 +149,8 @@ def _write(root, name, text):
         f.write(text)
 
 
-def _run(root, db) -> dict:
+def run_project(root, db) -> dict:
+    """`python run.py DB` in a new process (its own hash seed); the JSON it printed last."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([root, ROOT]), "PYTHONDONTWRITEBYTECODE": "1",
            "PYTHONHASHSEED": "random"}
     out = subprocess.run([sys.executable, "run.py", db], cwd=root, env=env, capture_output=True,
@@ -157,25 +158,31 @@ def _run(root, db) -> dict:
     assert out.returncode == 0, out.stderr
     got = json.loads(out.stdout.strip().splitlines()[-1])
     assert got["status"] == "completed", got
-    return got["steps"]
+    return got
 
 
-@pytest.fixture(scope="module")
-def project(tmp_path_factory):
-    """Runs the project once, unchanged, then once per edit (each in a new process)."""
-    root = str(tmp_path_factory.mktemp("project"))
-    for name, text in FILES.items():
+def run_edits(root, files: dict, edits: list) -> dict:
+    """Write `files` under `root`, run the project once, unchanged, then once after each edit
+    `(what, file, old, new, ...)` applied on top of the last: {"first", "unchanged", what...}."""
+    for name, text in files.items():
         _write(root, name, text)
     db = os.path.join(root, "rewind.db")
-    results = {"first": _run(root, db), "unchanged": _run(root, db)}
-    for what, name, old, new, _nodes, _unit in EDITS:
+    results = {"first": run_project(root, db), "unchanged": run_project(root, db)}
+    for what, name, old, new, *_ in edits:
         path = os.path.join(root, *name.split("/"))
         with open(path, encoding="utf-8") as f:
             text = f.read()
         assert old in text, (name, old)
         _write(root, name, text.replace(old, new))
-        results[what] = _run(root, db)
+        results[what] = run_project(root, db)
     return results
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory):
+    """Runs the project once, unchanged, then once per edit (each in a new process)."""
+    results = run_edits(str(tmp_path_factory.mktemp("project")), FILES, EDITS)
+    return {what: got["steps"] for what, got in results.items()}
 
 
 def test_first_run_executes_everything_and_an_unchanged_rerun_hits(project):

@@ -12,15 +12,11 @@ Each run is a fresh `python run.py` against one database, as a user editing code
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 import textwrap
 
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from test_soundness_code import _write, run_edits
 
 FILES = {
     "dispatch_mod.py": textwrap.dedent('''\
@@ -105,36 +101,9 @@ EDITS = [
 ]
 
 
-def _write(root, name, text):
-    with open(os.path.join(root, name), "w", encoding="utf-8") as f:
-        f.write(text)
-
-
-def _run(root, db) -> dict:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([root, ROOT]), "PYTHONDONTWRITEBYTECODE": "1",
-           "PYTHONHASHSEED": "random"}
-    out = subprocess.run([sys.executable, "run.py", db], cwd=root, env=env, capture_output=True,
-                         text=True, timeout=120)
-    assert out.returncode == 0, out.stderr
-    got = json.loads(out.stdout.strip().splitlines()[-1])
-    assert got["status"] == "completed", got
-    return got
-
-
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
-    root = str(tmp_path_factory.mktemp("attrs"))
-    for name, text in FILES.items():
-        _write(root, name, text)
-    db = os.path.join(root, "rewind.db")
-    results = {"first": _run(root, db), "unchanged": _run(root, db)}
-    for what, name, old, new, _node in EDITS:
-        with open(os.path.join(root, name), encoding="utf-8") as f:
-            text = f.read()
-        assert old in text, (name, old)
-        _write(root, name, text.replace(old, new))
-        results[what] = _run(root, db)
-    return results
+    return run_edits(str(tmp_path_factory.mktemp("attrs")), FILES, EDITS)
 
 
 def test_an_unchanged_rerun_in_a_new_process_is_served_whole(runs):
