@@ -68,15 +68,12 @@ workers = c4.number_input("Workers", min_value=1, max_value=64, value=2, key="ba
 
 def _json_object(text: str, label: str):
     try:
-        value = json.loads(text or "{}")
+        value = fmt.parse_json_text(text or "{}")
     except json.JSONDecodeError as e:
         st.error(f"{label}: invalid JSON ({md(e.msg)} at line {e.lineno} column {e.colno})")
         st.stop()
-    except RecursionError:
-        st.error(f"{label}: nested too deeply for Python's JSON parser; flatten it")
-        st.stop()
-    except ValueError as e:  # an integer of more than 4,300 digits, NaN
-        st.error(f"{label}: {md(str(e).split(';')[0])}")
+    except fmt.JsonTextError as e:
+        st.error(f"{label}: {md(e)}")
         st.stop()
     if not isinstance(value, dict):
         st.error(f"{label}: expected a JSON object like {{\"temperature\": 0.7}}")

@@ -12,7 +12,7 @@ import json
 import math
 from typing import Any, Optional
 
-from .fmt import exact_in_a_browser, json_text, to_jsonable
+from .fmt import JsonTextError, exact_in_a_browser, json_text, parse_json_text, to_jsonable
 
 TEXT, INT, FLOAT, BOOL, JSON = "text", "int", "float", "bool", "json"
 
@@ -85,7 +85,7 @@ def parse_value(kind: str, raw: Any, field: str) -> Any:
         if not text.strip():
             raise FieldError(field, "is empty; write JSON (for example null, 42, \"text\" or {})")
         try:
-            return json.loads(text, parse_constant=_refuse_constant, parse_float=_finite_float)
+            return parse_json_text(text, parse_constant=_refuse_constant, parse_float=_finite_float)
         except _NotANumber as e:
             # the whole value, or a number somewhere inside a list or object
             where = "is" if text.strip().lstrip("-") == str(e).lstrip("-") else "holds"
@@ -96,10 +96,8 @@ def parse_value(kind: str, raw: Any, field: str) -> Any:
             raise FieldError(
                 field, f"is not valid JSON: {e.msg} at line {e.lineno}, column {e.colno}"
             ) from None
-        except RecursionError:
-            raise FieldError(field, "is nested too deeply for Python's JSON parser; flatten it") from None
-        except ValueError as e:  # an integer of more than 4,300 digits
-            raise FieldError(field, f"holds a value JSON cannot give Python ({str(e).split(';')[0]})") from None
+        except JsonTextError as e:
+            raise FieldError(field, str(e)) from None
     if kind == INT:
         if raw is None:
             raise FieldError(field, "needs a whole number")

@@ -240,6 +240,25 @@ def exact_in_a_browser(value: Any, _depth: int = 0) -> bool:
     return True
 
 
+class JsonTextError(ValueError):
+    """JSON typed into a page that Python's parser cannot give back: its reason as a phrase."""
+
+
+def parse_json_text(text: str, **options: Any) -> Any:
+    """`json.loads(text, **options)`, where JSON nested past Python's recursion limit or an
+    integer of more than 4,300 digits is a `JsonTextError` (a JSONDecodeError stays one)."""
+    try:
+        return json.loads(text, **options)
+    except json.JSONDecodeError:
+        raise
+    except RecursionError:
+        raise JsonTextError("is nested too deeply for Python's JSON parser; flatten it") from None
+    except ValueError as e:
+        if "digits" not in str(e):  # a parse_constant / parse_float hook's own refusal
+            raise
+        raise JsonTextError(f"holds an integer too long for Python ({str(e).split(';')[0]})") from None
+
+
 def json_text(value: Any) -> str:
     """Pretty JSON for an editor: exact for JSON values, best effort otherwise."""
     return json.dumps(to_jsonable(value), indent=2, ensure_ascii=False, sort_keys=False)

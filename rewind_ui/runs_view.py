@@ -48,17 +48,15 @@ def parse_initial_state(raw: Optional[str], pipeline: Any = None) -> tuple:
     be recorded as the text "nan"), a non-object, an empty object or one missing a field the
     pipeline needs, and a field no node of the pipeline reads or writes (a typo)."""
     try:
-        state = json.loads(raw or "", parse_constant=_refuse_constant)
+        state = fmt.parse_json_text(raw or "", parse_constant=_refuse_constant)
     except _NotANumber as e:
         return None, (f"Initial state: {e} is not a JSON number; write a finite number (or a "
                       "string) instead. Nothing was run.")
     except json.JSONDecodeError as e:
         return None, (f"Initial state: not valid JSON ({fmt.md_escape(e.msg)} at line {e.lineno}, "
                       f"column {e.colno}). Nothing was run.")
-    except RecursionError:
-        return None, "Initial state: nested too deeply for Python's JSON parser; flatten it. Nothing was run."
-    except ValueError as e:  # an integer of more than 4,300 digits
-        return None, f"Initial state: {fmt.md_escape(str(e).split(';')[0])}. Nothing was run."
+    except fmt.JsonTextError as e:
+        return None, f"Initial state: {fmt.md_escape(e)}. Nothing was run."
     if not isinstance(state, dict):
         return None, "Initial state: must be a JSON object like {\"question\": \"…\"}. Nothing was run."
     if pipeline is None:
