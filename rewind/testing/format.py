@@ -76,9 +76,6 @@ def destination(path: Any, what: str = "path") -> Path:
     if not os.fspath(path).strip():
         raise InvalidRequest(f"{what} is empty; give the path of a snapshot file (e.g. "
                              "tests/rewind/NAME.json)", field=what)
-    if Path(os.fspath(path)).suffix != ".json":  # is_snapshot_file: what pytest collects
-        raise InvalidRequest(f"{what} {os.fspath(path)} does not end in .json, so pytest would "
-                             "never collect it as a test; name it NAME.json", field=what)
     target = Path(os.path.realpath(os.fspath(path)))
     try:
         st = os.lstat(target)
@@ -91,6 +88,9 @@ def destination(path: Any, what: str = "path") -> Path:
         kind = "a directory" if stat.S_ISDIR(st.st_mode) else "not a regular file"
         raise InvalidRequest(f"{what} {os.fspath(path)} is {kind}; give the path of a snapshot "
                              "file (e.g. tests/rewind/NAME.json)", field=what)
+    if Path(os.fspath(path)).suffix != ".json":  # is_snapshot_file: what pytest collects
+        raise InvalidRequest(f"{what} {os.fspath(path)} does not end in .json, so pytest would "
+                             "never collect it as a test; name it NAME.json", field=what)
     parent = nearest_existing(str(target.parent))
     if not os.path.isdir(parent):
         raise InvalidRequest(f"{what} {os.fspath(path)} cannot be created: {parent} is not a "
