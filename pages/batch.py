@@ -104,9 +104,9 @@ if b1.button("Plan", icon=":material/checklist:"):
     except rewind.RewindError as e:
         st.session_state.pop(PLAN, None)
         st.error(md(e))
-read_only = bool(getattr(rw.store, "read_only", False))
-run_clicked = b2.button("Run batch", type="primary", icon=":material/play_arrow:", disabled=read_only,
-                        help="The store is open read-only: nothing can be forked" if read_only else None)
+refused = core.read_only_help("forked")
+run_clicked = b2.button("Run batch", type="primary", icon=":material/play_arrow:",
+                        disabled=refused is not None, help=refused)
 
 plan = st.session_state.get(PLAN)
 if plan is not None and plan.at == at:

@@ -181,9 +181,8 @@ if not errors:
                                     key=f"{prefix}:confirm:{plan.est_tokens}:{plan.edit_chars}")
 
 # --- replay ------------------------------------------------------------------------------------
-read_only = bool(getattr(rw.store, "read_only", False))
-if st.button("▶ Replay", type="primary", disabled=read_only,
-             help="The store is open read-only: nothing can be forked" if read_only else None):
+refused = core.read_only_help("forked")
+if st.button("▶ Replay", type="primary", disabled=refused is not None, help=refused):
     if errors:
         st.error("Nothing was run or written: fix the fields above first.")
     elif not confirmed:

@@ -54,12 +54,13 @@ with head:
     st.title("Runs")
 total_all = core.runs_count()
 demo = core.demo_pipeline()
-read_only = bool(getattr(rw.store, "read_only", False))
+refused = core.read_only_help("run")
+read_only = refused is not None
 with demo_col:
     demo_clicked = st.button(
         "Create a demo run", icon=":material/auto_awesome:", type="primary" if total_all == 0 else "secondary",
         disabled=demo is None or read_only, width="stretch",
-        help="The store is open read-only: nothing can be run" if read_only
+        help=refused if read_only
         else "Run the research demo pipeline on a sample question (offline simulator by default)"
         if demo is not None else f"The demo pipeline {core.DEMO_MODULE} is not available",
     )

@@ -102,6 +102,14 @@ def get_rw() -> Rewind:
     return _handle(*scope())
 
 
+def read_only_help(what: str) -> Optional[str]:
+    """Why a button that would write is disabled (`what`: "forked", "run"), or None when the
+    store can be written."""
+    if getattr(get_rw().store, "read_only", False):
+        return f"The store is open read-only: nothing can be {what}"
+    return None
+
+
 def rw_url() -> str:
     return db_url()
 
