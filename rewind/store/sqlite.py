@@ -273,9 +273,7 @@ class SQLiteStore(SQLStore):
         return [r[1] for r in self.query(f"PRAGMA table_info({table})")]
 
     def _table_names(self) -> list:
-        return [r[0] for r in self.query(
-            "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' "
-            "ORDER BY name")]
+        return [r[0] for r in self.query(_TABLE_NAMES)]
 
     # the search index (schema version 5) ---------------------------------------------------
     def _create_search_index(self) -> None:
@@ -438,8 +436,14 @@ _INDEX_PENDING = (
 def _new_or_ours(conn: sqlite3.Connection) -> bool:
     """Whether the file may be switched to WAL: a journal mode is written into the file, and
     another application's file is refused by the schema check, unchanged (migrations)."""
-    names = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    names = {r[0] for r in conn.execute(_TABLE_NAMES)}
     return not names or "schema_version" in names
+
+
+# the file's own tables (not SQLite's sqlite_sequence, sqlite_stat1): the connection's check
+# before WAL and the schema's check for another application's file read the same list
+_TABLE_NAMES = ("SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' "
+                "ORDER BY name")
 
 
 class _Conn:
