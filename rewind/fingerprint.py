@@ -57,6 +57,12 @@ def _unit(obj: Any) -> str:
     return f"{getattr(obj, '__module__', None) or '?'}.{qual}"
 
 
+def _layer_unit(f: Any) -> str:
+    """A decorator layer's unit: wraps() gave it the wrapped function's names, so it is named
+    after its own code as well."""
+    return f"{_unit(f)}.<wrapped by {f.__code__.co_qualname}>"
+
+
 def _legacy_constant(value: Any) -> Any:
     """The spelling the legacy layer gives a constant, or None to leave it out."""
     if isinstance(value, (types.ModuleType, type)) or callable(value):
@@ -157,8 +163,7 @@ class _Walk:
             layer = self.wrappers[done]
             self.visit_function(layer, layer=True)
             # a singledispatch helper's registry lives on its wrapper, not on what it wraps
-            self.reach_attributes(layer, f"{_unit(layer)}.<wrapped by {layer.__code__.co_qualname}>",
-                                  own_action=True)
+            self.reach_attributes(layer, _layer_unit(layer), own_action=True)
             done += 1
 
     def reach_attributes(self, f: Any, unit: str, own_action: bool = False) -> None:
@@ -191,8 +196,8 @@ class _Walk:
             return
         self.seen.add(id(f))
         code = getattr(f, "__code__", None)
-        if layer:  # wraps() gave it the wrapped function's names: named after its own code
-            self.add(f"{_unit(f)}.<wrapped by {code.co_qualname}>", _code_text(code))
+        if layer:
+            self.add(_layer_unit(f), _code_text(code))
         else:
             self.add(_unit(f), _code_text(f))
         self.add_defaults(f)
