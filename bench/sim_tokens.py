@@ -21,8 +21,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
-from rewind import sim  # noqa: E402
-from rewind.sim import tokens  # noqa: E402
+from rewind.model import sim  # noqa: E402
+from rewind.model.sim import tokens  # noqa: E402
 
 
 def _text(n: int, seed: int = 0) -> str:

@@ -8,7 +8,7 @@ import time
 from typing import Optional
 
 import rewind
-from rewind.hashing import canonical_hash
+from rewind.keys import canonical_hash
 
 from bench import workload as W
 from bench.measure import Figures, fmt, median, per_call_us
@@ -261,7 +261,7 @@ def bench_hotpath(fig: Figures, cfg: dict, replay: dict, scale_store: Optional[s
     d["cache_get_miss_us"] = miss_us
     for size, label in ((2048, "2 KB"), (100 * 1024, "100 KB")):
         value = sample_input(size)
-        nbytes = len(rewind.hashing.canonical_json(value))
+        nbytes = len(rewind.keys.canonical_json(value))
         h_us = per_call_us(lambda: canonical_hash(value), batches=cfg["batches"])
         key = label.replace(" ", "").lower()
         d[f"input_{key}_bytes"] = nbytes

@@ -6,49 +6,20 @@ The policy (determinism, ttl, ignore, version) lives on `PolicyAction`, a subcla
 
 from __future__ import annotations
 
-import dataclasses
 import functools
-import inspect
 import json
 import time
 import types
 from typing import Any, Callable, Iterable, Optional, Sequence
 
-from burr.core.action import Action, FunctionBasedAction, bind
+from burr.core.action import FunctionBasedAction, bind
 
-from .errors import InvalidRequest
-from . import metering
-
-DETERMINISTIC = "deterministic"
-TIME_BOUND = "time-bound"
-SIDE_EFFECT = "side-effect"
-DETERMINISM_LEVELS = (DETERMINISTIC, TIME_BOUND, SIDE_EFFECT)
-
-
-@dataclasses.dataclass(frozen=True)
-class Policy:
-    determinism: str = DETERMINISTIC
-    ttl: Optional[float] = None
-    ignore: tuple = ()
-    version: Optional[str] = None
-
-    def __post_init__(self):
-        if self.determinism not in DETERMINISM_LEVELS:
-            raise InvalidRequest(
-                f"determinism={self.determinism!r} is not one of {', '.join(DETERMINISM_LEVELS)}"
-            )
-        if self.determinism == TIME_BOUND and (self.ttl is None or self.ttl <= 0):
-            raise InvalidRequest("a time-bound action needs ttl= (seconds, > 0)")
-        if self.ttl is not None and self.determinism != TIME_BOUND:
-            raise InvalidRequest(f"ttl= only applies to time-bound actions, not {self.determinism}")
-
-    @property
-    def cacheable(self) -> bool:
-        return self.determinism != SIDE_EFFECT
-
-
-DEFAULT_POLICY = Policy()
-
+from .keys.policy import DEFAULT_POLICY
+from .keys import (  # noqa: F401  (re-exported: the policy is part of `rewind.action`)
+    DETERMINISTIC, SIDE_EFFECT, TIME_BOUND, Policy, canonical_hash, params_json,
+    policy_of,
+)
+from .model import metering
 
 class PolicyAction(FunctionBasedAction):
     """A function-based Burr action that carries a Rewind policy through `.bind()`."""
@@ -136,71 +107,9 @@ def _pydantic(reads: Sequence[str], writes: Sequence[str], state_input_type: Any
 action.pydantic = _pydantic
 
 
-def runtime_input_names(burr_action: Any) -> set:
-    """The runtime inputs a class-based action declares (`inputs`), without Burr's injected
-    `__context`/`__tracer`: a fork's param change naming one replaces that input. (A function
-    action's keyword parameters are params, bound with `.bind()`, not inputs.)"""
-    if (getattr(burr_action, "_originating_fn", None) or getattr(burr_action, "fn", None)) is not None:
-        return set()
-    try:
-        required, optional = burr_action.optional_and_required_inputs
-    except Exception:
-        return set()
-    return {n for n in set(required) | set(optional) if not str(n).startswith("__")}
-
-
-def policy_of(burr_action: Any) -> Policy:
-    """The policy of an action; plain Burr actions are deterministic."""
-    return getattr(burr_action, "policy", DEFAULT_POLICY)
-
-
-def node_params(burr_action: Any) -> dict:
-    """The effective default params of an action: signature defaults, then `.bind()` values."""
-    fn = getattr(burr_action, "_originating_fn", None) or getattr(burr_action, "fn", None)
-    params: dict = {}
-    if fn is None and isinstance(burr_action, Action):
-        from .engine.keys import class_params
-
-        params.update(class_params(burr_action))
-    if fn is not None:
-        try:
-            sig = inspect.signature(fn)
-        except (TypeError, ValueError):
-            sig = None
-        if sig is not None:
-            for name, p in sig.parameters.items():
-                if name == "state" or p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
-                    continue
-                if p.default is not inspect.Parameter.empty:
-                    params[name] = p.default
-    params.update(getattr(burr_action, "_bound_params", {}) or {})
-    return params
-
-
-def param_names(burr_action: Any) -> set:
-    """Every keyword parameter a fork may set on this action: its function's parameters, or a
-    class-based action's `__init__` keywords, and the runtime inputs it declares."""
-    fn = getattr(burr_action, "_originating_fn", None) or getattr(burr_action, "fn", None)
-    if fn is None:
-        from .engine.keys import class_params
-
-        return set(class_params(burr_action)) | runtime_input_names(burr_action)
-    try:
-        sig = inspect.signature(fn)
-    except (TypeError, ValueError):
-        return set()
-    return {
-        n
-        for n, p in sig.parameters.items()
-        if n != "state" and not n.startswith("__") and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
-    }
-
-
 def _tool_record(name: str, started: float, cached: bool, error: Optional[str], args: tuple,
                  kwargs: dict, result: Any) -> dict:
     """A tool call as the step keeps it (values in their JSON spelling, or their repr)."""
-    from .engine.keys import params_json
-
     return {"name": name, "started_at": started, "latency_ms": (time.time() - started) * 1000,
             "cached": cached, "error": error,
             "args": json.loads(params_json({"args": list(args), "kwargs": dict(kwargs)})),
@@ -228,8 +137,6 @@ def tool(name: Optional[str] = None, ttl: Optional[float] = None) -> Callable:
                 if store is None:  # an audit: the tool really runs
                     result = fn(*args, **kwargs)
                     return result
-                from .hashing import canonical_hash
-
                 args_hash = canonical_hash({"args": list(args), "kwargs": kwargs})
                 hit = store.tool_cache_get(tool_name, args_hash, ttl, time.time())
                 if hit is not None:

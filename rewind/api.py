@@ -13,7 +13,8 @@ import os
 from typing import Any, Callable, Optional
 
 from .engine import (
-    Heartbeat, NextVisit, Pipeline, fork_run, load_pipeline_spec, next_visit, resume_run,
+    GLOBAL_PIPELINES, Heartbeat, NextVisit, Pipeline, fork_run, load_pipeline_spec, next_visit,
+    register_pipeline, resume_run,
     start_run, steps_from_rows,
 )
 from .engine.plan import ForkPlan, plan_fork
@@ -22,15 +23,8 @@ from .errors import InvalidRequest, NotFound, RewindError, StoreError
 from .models import Run, RunStatus, Step, TrajectoryDiff
 from .store import SQLStore, open_store
 
-_GLOBAL_PIPELINES: dict = {}
 MAX_OFFSET = 2**62          # SQLite and PostgreSQL integers stop at 2**63
 MAX_SEARCH = 1_000          # SQLite refuses LIKE patterns past 50,000 bytes; nobody types more
-
-
-def register_pipeline(pipeline: Pipeline) -> Pipeline:
-    """Register a pipeline for every `Rewind` handle in this process (the CLI and dashboard)."""
-    _GLOBAL_PIPELINES[pipeline.name] = pipeline
-    return pipeline
 
 
 def _database_errors(method: Callable) -> Callable:
@@ -111,7 +105,7 @@ class Rewind:
     def pipelines(self) -> dict:
         """Every registered pipeline: this handle's, the process's, and `REWIND_PIPELINES`."""
         self._load_env_pipelines()
-        return {**_GLOBAL_PIPELINES, **self._pipelines}
+        return {**GLOBAL_PIPELINES, **self._pipelines}
 
     def _load_env_pipelines(self) -> None:
         """Register `REWIND_PIPELINES` entries once each. A broken entry is kept in

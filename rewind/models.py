@@ -8,7 +8,7 @@ import json
 import sys
 from typing import Any, Optional
 
-from . import serde
+from .store import serde
 
 
 class RunStatus(enum.StrEnum):

@@ -3,8 +3,8 @@ as Rewind stores it, and how many copies of a hash the table holds."""
 
 from __future__ import annotations
 
-from rewind import serde
-from rewind.hashing import sha256_hex
+from rewind.store import serde
+from rewind.keys import sha256_hex
 
 BLOB_INSERT = "INSERT INTO blobs (hash, data, size, created_at) VALUES (?, ?, ?, ?)"
 

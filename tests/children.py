@@ -19,7 +19,7 @@ import tempfile
 import types
 from typing import Optional
 
-PRELOAD = ["rewind", "rewind.engine", "rewind.store", "rewind.sim", "burr.core", "openai", "psycopg2", "pytest"]
+PRELOAD = ["rewind", "rewind.engine", "rewind.store", "rewind.model.sim", "burr.core", "openai", "psycopg2", "pytest"]
 
 _context = None
 

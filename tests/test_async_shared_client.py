@@ -16,7 +16,7 @@ from burr.core.action import action
 from burr.core.graph import GraphBuilder
 
 from rewind import Pipeline, Rewind
-from rewind.llm_server import start_in_thread
+from rewind.model.server import start_in_thread
 
 
 @pytest.fixture(scope="module")

@@ -18,7 +18,7 @@ from burr.core.graph import GraphBuilder
 import rewind
 from rewind import Pipeline, Rewind, action
 from rewind.errors import InvalidRequest, NotFound, RewindError
-from rewind.hashing import canonical_hash
+from rewind.keys import canonical_hash
 
 TABLES = ("runs", "nodes", "blobs", "burr_state", "cache", "tool_cache", "edges")
 TRIED: list = []  # every bad input tried, for the summary line

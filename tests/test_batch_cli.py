@@ -1,5 +1,5 @@
 """`rewind batch`: exit 0 with a progress bar and the summary table, 2 for bad input (nothing
-forked). Parsed by the CLI's own parser (`rewind.cli.parser.build_parser`)."""
+forked). Parsed by the CLI's own parser (`rewind.cli.commands.build_parser`)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import json
 import pytest
 
 import rewind
-from rewind.cli.parser import build_parser
+from rewind.cli.commands import build_parser
 
 from test_batch import make_runs
 

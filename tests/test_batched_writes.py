@@ -9,7 +9,7 @@ import time
 import pytest
 
 import rewind
-from rewind.hashing import canonical_hash
+from rewind.keys import canonical_hash
 from rewind.store.rows import blob_ok
 
 
@@ -69,7 +69,7 @@ def test_more_entries_than_one_statement_holds(store):
 
 def test_blobs_inserted_at_once_with_some_stored_before_and_one_corrupt(store):
     values = {f"v{i}": f"value {i}" * 50 for i in range(6)}
-    blobs = {canonical_hash(v): rewind.serde.encode(v) for v in values.values()}
+    blobs = {canonical_hash(v): rewind.store.serde.encode(v) for v in values.values()}
     hashes = sorted(blobs)
     with store.transaction():  # three stored before, one of them then corrupted in place
         store._put_new({h: blobs[h] for h in hashes[:3]})

@@ -14,7 +14,7 @@ import pytest
 
 import rewind
 import rewind.testing
-from rewind import llm_server
+from rewind.model import server as llm_server
 from rewind.cli import main
 from rewind.testing import format as snapshot_format
 

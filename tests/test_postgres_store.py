@@ -187,8 +187,8 @@ def test_sqlite_and_postgres_give_the_same_trajectories_and_hashes(tmp_path, pg_
 
 
 def test_postgres_store_mechanics(pg_url):
-    from rewind import serde
-    from rewind.hashing import canonical_hash
+    from rewind.store import serde
+    from rewind.keys import canonical_hash
     from rewind.store import open_store
     from rewind.store.postgres import PostgresStore
 

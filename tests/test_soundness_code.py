@@ -19,9 +19,9 @@ import time
 import pytest
 
 import rewind
-from rewind import filewatch
-from rewind.fingerprint import changed_units, code_fingerprint, describe_fingerprint
-from rewind.hashing import canonical_hash, param_hash
+from rewind.keys import filewatch
+from rewind.keys import changed_units, code_fingerprint, describe_fingerprint
+from rewind.keys import canonical_hash, param_hash
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -247,7 +247,7 @@ def test_describe_names_every_unit_the_node_reaches(tmp_path, monkeypatch):
 def test_fingerprints_are_the_same_in_every_process(tmp_path):
     for name, text in FILES.items():
         _write(str(tmp_path), name, text)
-    script = ("import json, app, kact; from rewind.fingerprint import code_fingerprint as f; "
+    script = ("import json, app, kact; from rewind.keys.fingerprint import code_fingerprint as f; "
               "print(json.dumps([f(getattr(app, n)) for n in app.NODES[:-1]] + [f(kact.Tagger)]))")
     outs = set()
     for seed in ("1", "2"):

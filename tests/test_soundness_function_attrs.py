@@ -127,7 +127,7 @@ def test_an_attribute_set_again_in_the_same_process_changes_the_key(tmp_path, mo
     monkeypatch.syspath_prepend(str(tmp_path))
     import attrs_app as app
 
-    from rewind.fingerprint import code_fingerprint, describe_fingerprint
+    from rewind.keys import code_fingerprint, describe_fingerprint
 
     before = code_fingerprint(app.attr_helper), code_fingerprint(app.attr_self)
     monkeypatch.setattr(app.helper, "k", 5)

@@ -12,7 +12,8 @@ import pathlib
 import pytest
 from burr.core.graph import GraphBuilder
 
-from rewind import Pipeline, Rewind, action, filewatch
+from rewind import Pipeline, Rewind, action
+from rewind.keys import filewatch
 
 
 @action(reads=["q"], writes=["flag"])

@@ -17,7 +17,7 @@ from burr.core import ApplicationBuilder
 from burr.core.graph import GraphBuilder
 
 from rewind import Pipeline, Rewind, action
-from rewind.hashing import canonical_hash
+from rewind.keys import canonical_hash
 
 TWINS = [
     (1, 1.0), ([1, 2], (1, 2)), ({"a": 1, "b": 2}, {"b": 2, "a": 1}), ({1: "x"}, {"1": "x"}),

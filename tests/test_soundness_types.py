@@ -23,8 +23,9 @@ import pytest
 from burr.core.graph import GraphBuilder
 
 import rewind
-from rewind import Pipeline, Rewind, RewindError, action, serde
-from rewind.hashing import canonical_hash
+from rewind import Pipeline, Rewind, RewindError, action
+from rewind.store import serde
+from rewind.keys import canonical_hash
 
 
 class Color(enum.Enum):

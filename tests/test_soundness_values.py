@@ -220,7 +220,7 @@ def test_a_huge_object_graph_costs_a_bounded_walk():
     """A value of many parts is followed only so far: the fingerprint stays quick to compute."""
     import time
 
-    from rewind.fingerprint import code_fingerprint
+    from rewind.keys import code_fingerprint
 
     class Node:
         def __init__(self, i):
@@ -302,7 +302,7 @@ def test_environment_reads_of_rewind_and_installed_packages_are_not_part_of_a_st
     import rewind
     from burr.core import action
     from burr.core.graph import GraphBuilder
-    from rewind import envwatch
+    from rewind.keys import envwatch
 
     @action(reads=["q"], writes=["a"])
     def ask(state):

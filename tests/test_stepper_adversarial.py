@@ -26,7 +26,8 @@ from burr.core.parallelism import MapStates
 from burr.lifecycle import PreRunStepHook
 
 import rewind
-from rewind import Rewind, serde
+from rewind import Rewind
+from rewind.store import serde
 from rewind.engine import runner, stepper
 from rewind.engine.fork import fork_source
 from rewind.store import PARTITION_KEY

@@ -18,8 +18,8 @@ import time
 import pytest
 
 from rewind import Rewind
-from rewind import serde
-from rewind.hashing import canonical_hash
+from rewind.store import serde
+from rewind.keys import canonical_hash
 
 from test_maintenance import CALLS, PIPELINE
 

@@ -18,7 +18,7 @@ from burr.core.graph import GraphBuilder
 import rewind
 from rewind import Pipeline, Rewind, action
 from rewind.analysis import noise as noise_mod
-from rewind.action import policy_of
+from rewind.keys import policy_of
 from rewind.analysis.audit import output_hash_of
 from rewind.errors import InvalidRequest
 
@@ -208,7 +208,7 @@ def clean_calls():
 def pinned_sampling(monkeypatch):
     """Make the simulator's unseeded sampling reproducible within a test (it is keyed by a
     per-process nonce and a counter)."""
-    from rewind import simulator
+    from rewind.model import simulator
 
     monkeypatch.setattr(simulator, "_PROCESS_NONCE", b"rewind-trust-tests", raising=False)
     monkeypatch.setattr(simulator, "_sample_counter", itertools.count(), raising=False)

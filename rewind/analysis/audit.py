@@ -31,11 +31,11 @@ import dataclasses
 import logging
 from typing import Any, Callable, Optional
 
-from ..action import SIDE_EFFECT, policy_of
+from ..keys import SIDE_EFFECT, policy_of
 from ..engine.keys import NodeSpec, node_spec, recorded_overrides
 from ..engine.node import execute_node
 from ..errors import InvalidRequest, RewindError
-from ..metering import StepMeter
+from ..model.metering import StepMeter
 from ..models import AuditReport, AuditRow, Run, Step
 
 logger = logging.getLogger("rewind")

@@ -36,7 +36,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Optional
 
-from ..action import SIDE_EFFECT, policy_of
+from ..keys import SIDE_EFFECT, policy_of
 from ..errors import InvalidRequest, RewindError
 from ..models import Run, TrajectoryDiff
 from .audit import ProgressCounter, outcome_of, runtime_recorded, recomputed_input_hash, sample_node, sample_spec

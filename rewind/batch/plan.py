@@ -13,10 +13,10 @@ import dataclasses
 import pickle
 from typing import Any, Optional
 
-from ..action import SIDE_EFFECT
+from ..keys import SIDE_EFFECT
 from ..engine import Pipeline
 from ..errors import InvalidRequest, RewindError
-from ..hashing import canonical_hash
+from ..keys import canonical_hash
 from .spec import pipeline_from_spec, resolve_spec
 
 PAGE = 500
@@ -37,6 +37,9 @@ class BatchRequest:
     specs: dict        # pipeline name -> import spec
     graph_ids: dict    # pipeline name -> graph id the caller saw
     outcome_fields: dict  # pipeline name -> fields compared when `outcome` is None
+    # the caller's handle class (`rewind.Rewind` or a subclass), pickled by its qualified name:
+    # a worker opens the store with the same class, and this package never imports the API
+    opener: Any = None
 
 
 def _roots(rw: Any, pipeline: str, status: Optional[str], limit: Optional[int]) -> list:
@@ -157,6 +160,7 @@ def prepare(rw: Any, at: str, *, runs=None, pipeline=None, status="completed", l
         noise_samples=noise_samples, specs=specs,
         graph_ids={n: p.graph_id for n, p in pipelines.items()},
         outcome_fields={n: default_outcome_fields(p) for n, p in pipelines.items()},
+        opener=type(rw),
     )
     return request, summaries
 

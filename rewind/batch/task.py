@@ -15,7 +15,7 @@ import time
 from typing import Any, Optional
 
 from ..errors import ForkError, RewindError
-from ..hashing import canonical_hash
+from ..keys import canonical_hash
 from .report import BEYOND, CHANGED, FAILED, SAME, SKIPPED, WITHIN, BatchRow
 from .spec import check_spec
 
@@ -25,11 +25,9 @@ _loaded: dict = {}
 
 def worker_handle(request: Any) -> Any:
     """This process's handle on the request's store, with the request's pipelines registered."""
-    from ..api import Rewind
-
     rw = _handles.get(request.url)
     if rw is None:
-        rw = _handles[request.url] = Rewind(request.url)
+        rw = _handles[request.url] = request.opener(request.url)
     for name, spec in request.specs.items():
         key = (request.url, name, spec)
         if key not in _loaded:

@@ -16,7 +16,7 @@ from ..errors import InvalidRequest
 from .inputs import add_change_flags, parse_changes
 from .output import Progress, cut, dumps, shown, table
 from .parser import int_in
-from .runs import open_rewind
+from .handle import open_rewind
 
 EXIT_OK = 0
 MAX_RUN_IDS = 100_000

@@ -11,7 +11,7 @@ from .output import (
     Progress, cut, dumps, node_label, one_line, progress_for, shown, short_hash, table,
 )
 from .parser import int_in
-from .runs import finish_run, open_rewind
+from .handle import finish_run, open_rewind
 
 EXIT_OK = 0
 

@@ -7,7 +7,7 @@ import os
 from ..errors import InvalidRequest
 from ..paths import nearest_existing, unwritable_reason
 from .inputs import json_object, read_text
-from .runs import open_rewind, resolve_pipeline
+from .handle import open_rewind, resolve_pipeline
 
 EXIT_OK = 0
 

@@ -14,7 +14,7 @@ from typing import Optional, Sequence
 
 from ..errors import InvalidRequest, RewindError
 from .output import TerminalSafe, one_line, terminal_safe
-from .parser import build_parser
+from .commands import build_parser
 
 EXIT_OK, EXIT_FAILED, EXIT_INTERRUPTED = 0, 1, 130
 

@@ -7,7 +7,7 @@ import json
 from .inputs import json_object, read_text
 from .output import json_default, table
 from .parser import number_in
-from .runs import open_rewind
+from .handle import open_rewind
 
 EXIT_OK = 0
 

@@ -1,7 +1,6 @@
-"""The argument parser: global flags, the checked number types, and the commands' registration.
-
-Each command module has `add_commands(add)` and declares its own flags there, beside its code.
-A usage error is one line on stderr and exit code 2, like every other bad input.
+"""The argument parser's parts every command uses: the parser class and the checked number and
+text types (the commands are registered in `cli.commands`, which imports every command module;
+this module imports none). A usage error is one line on stderr and exit code 2, like every other bad input.
 """
 
 from __future__ import annotations
@@ -10,7 +9,7 @@ import argparse
 import math
 import os
 import sys
-from typing import Callable, Optional
+from typing import Callable
 
 EXIT_BAD_INPUT = 2
 
@@ -69,30 +68,3 @@ def text_up_to(limit: int) -> Callable[[str], str]:
 
     parse.__name__ = "text"
     return parse
-
-
-def build_parser(prog: Optional[str] = None) -> argparse.ArgumentParser:
-    from . import batch, compare, integrations, maintenance, runs, serve, snapshot
-
-    prog = prog or prog_name()
-    p = Parser(
-        prog=prog,
-        description="Rewind: fork a finished LLM pipeline run at any node, change one input, "
-                    "replay only what it reaches, and diff the trajectories.",
-    )
-    p.add_argument("--db", default=None, metavar="URL",
-                   help="store: a path, sqlite:///path or postgresql://… "
-                        "(default: $REWIND_DB, else ./rewind.db)")
-    sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
-    sub.required = True
-
-    def add(name: str, fn: Callable, help: str, quiet: bool = False) -> argparse.ArgumentParser:
-        sp = sub.add_parser(name, help=help, description=help)
-        sp.set_defaults(func=fn, prog=prog)
-        if quiet:
-            sp.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
-        return sp
-
-    for module in (runs, compare, batch, maintenance, serve, snapshot, integrations):
-        module.add_commands(add)
-    return p

@@ -3,53 +3,20 @@
 from __future__ import annotations
 
 import sys
-from typing import Any, Callable, Optional
+from typing import Any, Callable
 
 from ..errors import InvalidRequest, RewindError
 from ..models import RUN_STATUSES
 from .inputs import parse_state
 from .output import (
-    cut, dumps, fmt_ms, fmt_ts, one_line, print_outputs, print_run, print_run_details,
+    cut, dumps, fmt_ms, fmt_ts, one_line, print_outputs, print_run_details,
     progress_for, run_to_json, shown, table,
 )
+from .handle import EXIT_OK, finish_run, open_rewind, resolve_pipeline
 from .parser import int_in, text_up_to
 
-EXIT_OK, EXIT_FAILED = 0, 1
 STATUSES = RUN_STATUSES  # one list, rewind.RunStatus: a new status is filterable everywhere
 MAX_ROWS = 10**9
-
-
-def open_rewind(args: Any):
-    from ..api import Rewind
-
-    try:
-        return Rewind(args.db)
-    except InvalidRequest as e:
-        if e.field != "url":
-            raise
-        # the API names its argument; here the user typed --db
-        raise InvalidRequest(f"--db: {e}", field="--db") from None
-
-
-def finish_run(run: Any, out: Any, hint: Optional[Callable[[Any], list]] = None) -> int:
-    """Print a run (and `hint`'s lines); exit 0 when it completed, 1 otherwise."""
-    print_run(run, out)
-    for line in (hint(run) if hint is not None else []):
-        print(line, file=out)
-    return EXIT_OK if run.status == "completed" else EXIT_FAILED
-
-
-def resolve_pipeline(rw: Any, spec: str):
-    """A registered name, or `package.module:attribute` naming exactly one Pipeline."""
-    if ":" not in spec:
-        return rw.pipeline(spec)
-    from ..engine import load_pipeline_spec
-
-    found = load_pipeline_spec(spec)
-    if len(found) != 1:
-        raise InvalidRequest(f"--pipeline {spec!r} names {len(found)} pipelines; name one",
-                             field="--pipeline")
-    return found[0]
 
 
 def _demo_hint(prog: str) -> Callable[[Any], list]:

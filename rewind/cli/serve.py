@@ -7,7 +7,7 @@ from .parser import int_in, number_in
 
 
 def cmd_serve_llm(args, out) -> int:
-    from .. import llm_server
+    from ..model import server as llm_server
 
     try:
         llm_server.serve(args.host, args.port, latency_ms=args.latency_ms, verbose=args.verbose)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from .output import Progress, shown
 from .parser import int_in
-from .runs import open_rewind, resolve_pipeline
+from .handle import open_rewind, resolve_pipeline
 
 EXIT_OK, EXIT_DIVERGED = 0, 1
 MAX_REPEATS = 1000

@@ -18,7 +18,7 @@
 from .context import CURRENT, ExecutionContext, StepRecord
 from .fork import NextVisit, fork_run, next_visit
 from .liveness import Heartbeat, owner_fields
-from .pipeline import Pipeline, load_pipeline_spec
+from .pipeline import GLOBAL_PIPELINES, Pipeline, load_pipeline_spec, register_pipeline
 from .recorder import StepRecorder, step_from_row, steps_from_rows
 from .resume import resume_run
 from .runner import execute, new_run_id, start_run, summarize_state
@@ -26,7 +26,7 @@ from .turns import Halts, Turn
 
 __all__ = [
     "CURRENT", "ExecutionContext", "StepRecord", "NextVisit", "fork_run", "next_visit",
-    "Heartbeat", "owner_fields", "Pipeline", "load_pipeline_spec", "StepRecorder",
+    "Heartbeat", "owner_fields", "GLOBAL_PIPELINES", "Pipeline", "load_pipeline_spec", "register_pipeline", "StepRecorder",
     "step_from_row", "steps_from_rows", "resume_run", "Halts", "Turn", "execute", "new_run_id",
     "start_run", "summarize_state",
 ]

@@ -1,7 +1,7 @@
 """The model-call cache: a node that re-executes pays only for the model calls that changed.
 
 When a node runs again (an unrelated read changed, its code changed elsewhere), each model call
-whose canonical request (`model_calls.call_key`: api, model, messages, params) equals one made
+whose canonical request (`model.calls.call_key`: api, model, messages, params) equals one made
 before is answered from this cache instead of the network, through the same hook on openai's
 request path the snapshot replay uses, so the user's own clients are served too. A served call
 costs the step no tokens (they are counted as saved). The node's policy holds: a side-effect
@@ -14,15 +14,15 @@ from __future__ import annotations
 import time
 from typing import Any, Optional
 
-from ..model_calls import active_source, call_key, request_of
-from ..hashing import combine
+from ..model.calls import active_source, call_key, request_of
+from ..keys import combine
 from .context import cache_key
 
 TOOL = "rewind:model-call"  # its entries live in the tool cache under this name
 
 
 class ModelCallCache:
-    """A call source (see `rewind.model_calls`) backed by the store's tool cache."""
+    """A call source (see `rewind.model.calls`) backed by the store's tool cache."""
 
     def __init__(self, store: Any, owner: Optional[str], ttl: Optional[float] = None,
                  endpoint: Any = ""):
@@ -71,11 +71,11 @@ class ModelCallCache:
 
 def for_step(ctx: Any, spec: Any) -> Optional[ModelCallCache]:
     """The cache a visit's model calls may be served from, or None (they all go out)."""
-    from ..action import SIDE_EFFECT, TIME_BOUND
+    from ..keys import SIDE_EFFECT, TIME_BOUND
 
     if not ctx.use_cache or spec.policy.determinism == SIDE_EFFECT or active_source() is not None:
         return None  # a snapshot replay's cassette, if active, answers instead
-    from .. import llm
+    from ..model import chat as llm
 
     ttl = spec.policy.ttl if spec.policy.determinism == TIME_BOUND else None
     return ModelCallCache(ctx.store, ctx.owner, ttl, llm.endpoint_identity)

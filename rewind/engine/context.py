@@ -16,10 +16,11 @@ import logging
 import time
 from typing import Any, Callable, Optional
 
-from .. import llm, serde
-from ..action import runtime_input_names
+from ..model import chat as llm
+from ..store import serde
+from ..keys import runtime_input_names
 from ..errors import CommitError, ReadOnlyError, RewindError, StoreError
-from ..hashing import canonical_parts, combine, is_internal_key, sha256_hex
+from ..keys import canonical_parts, combine, is_internal_key, sha256_hex
 from ..models import Step, StepStatus, normalize_overrides, overrides_at
 from ..redaction import redact
 from . import burr_compat

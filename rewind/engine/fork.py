@@ -16,10 +16,10 @@ import time
 import weakref
 from typing import Any, Callable, Optional
 
-from .. import serde
+from ..store import serde
 from ..costs import step_cost
 from ..errors import ForkError, InvalidRequest, NotFound
-from ..hashing import canonical_json
+from ..keys import canonical_json
 from ..models import Run, RunStatus, Step, StepStatus, normalize_overrides
 from ..store import PARTITION_KEY, pointer_row
 from . import burr_compat

@@ -11,20 +11,17 @@ computes an input or output hash.
 from __future__ import annotations
 
 import dataclasses
-import inspect
 import json
-import time
 from typing import Any, Optional
 
-from ..action import DETERMINISTIC, SIDE_EFFECT, TIME_BOUND, Policy, node_params, policy_of
 from ..errors import UnhashableValue
-from ..fingerprint import changed_units, code_fingerprint, describe_fingerprint, type_name
-from ..hashing import (
-    canonical_hash, canonical_parts, combine, is_internal_key, join_parts,
-    param_hash, sha256_hex, strip_ignored, to_canonical,
+from ..keys import (
+    Policy, canonical_hash, canonical_parts, code_fingerprint, combine, describe_fingerprint,
+    is_internal_key, join_parts, node_params, param_hash, params_json, policy_of, sha256_hex,
+    strip_ignored, type_name,
 )
-from ..objectparts import user_objects
-from ..serde import blob_ref, encode
+from ..keys import user_objects
+from ..store.serde import blob_ref, encode
 from .burr_compat import state_values
 
 # values whose canonical JSON already tells their form apart from every twin's: no `form:` part
@@ -53,21 +50,6 @@ def code_of(inner: Any) -> Any:
     """What a node's code fingerprint is taken of: its function, or a class-based action's class."""
     fn = getattr(inner, "_originating_fn", None) or getattr(inner, "fn", None)
     return fn if fn is not None else type(inner)
-
-
-def params_json(params: dict) -> str:
-    """The params as canonical JSON for display; values with no JSON spelling as their repr."""
-    try:
-        return json.dumps(to_canonical(params), sort_keys=True)
-    except Exception:
-        return json.dumps({k: _display(v) for k, v in params.items()}, sort_keys=True)
-
-
-def _display(value: Any) -> Any:
-    try:
-        return to_canonical(value)
-    except Exception:
-        return repr(value)
 
 
 _SCALARS = frozenset({str, int, float, bool, type(None), bytes})
@@ -266,104 +248,4 @@ def recorded_overrides(inner: Any, params: dict) -> dict:
             except UnhashableValue:
                 pass
         out[k] = v
-    return out
-
-
-# --- why a visit ran again -------------------------------------------------------------------
-
-_LAYERS = (("read:", "{} changed"), ("prior:", "prior value of {} changed"),
-           ("param:", "param {} changed"), ("input:", "input {} changed"),
-           ("class:", "the code of class {} changed"))
-# a value that kept its canonical hash but not its form (1 -> 1.0, another key order)
-_FORMS = (("form:param:", "param:", "param {} changed form (its types or key order)"),
-          ("form:input:", "input:", "input {} changed form (its types or key order)"),
-          ("form:", None, "{} changed form (its types or key order)"))
-
-
-def changed_fields(before: dict, now: dict, units_before: Optional[dict] = None,
-                   units_now: Optional[dict] = None) -> list:
-    """Human phrases naming what differs between two visits' field hashes (and, when both
-    visits' code units are known, which unit of code changed)."""
-    parts = []
-    keys = set(before) | set(now)
-    for prefix, phrase in _LAYERS:
-        names = sorted(k[len(prefix):] for k in keys
-                       if k.startswith(prefix) and before.get(k) != now.get(k))
-        if names:
-            parts.append(phrase.format(", ".join(f"`{n}`" for n in names)))
-    for prefix, hashed, phrase in _FORMS:
-        names = []
-        for k in sorted(keys):
-            if not k.startswith(prefix) or before.get(k) == now.get(k):
-                continue
-            name = k[len(prefix):]
-            if hashed is None and name.startswith(("param:", "input:")):
-                continue  # the layers above name those
-            twins = [hashed + name] if hashed else ["read:" + name, "prior:" + name]
-            if all(before.get(t) == now.get(t) for t in twins):  # else named as changed above
-                names.append(name)
-        if names:
-            parts.append(phrase.format(", ".join(f"`{n}`" for n in names)))
-    if before.get("code") != now.get("code"):
-        units = changed_units(units_before, units_now) if units_before and units_now else []
-        parts.append(", ".join(f"`{u}`" for u in units) + " changed" if units
-                     else "the node's code changed")
-    return parts
-
-
-def miss_reason(node: str, policy: Policy, field_hashes: dict, parent: Any, entry: Optional[dict],
-                expired: bool, use_cache: bool, allow_side_effects: bool,
-                has_parent_run: bool, units: Optional[dict] = None,
-                earlier: Any = None) -> str:
-    """Why a step runs again, named against the parent's same step where there is one."""
-    if policy.determinism == SIDE_EFFECT:
-        if allow_side_effects and has_parent_run:
-            return "side effect performed again: allow_side_effects=True"
-        return "side-effect node: never cached"
-    if expired and entry is not None:
-        age = time.time() - entry["cached_at"]
-        return f"ttl expired: cached {age:.0f}s ago, ttl {policy.ttl:g}s"
-    if parent is None and earlier is not None and earlier.field_hashes:
-        # a fresh run: name what changed since the last visit with these same inputs
-        parts = changed_fields(earlier.field_hashes, field_hashes, earlier.units, units)
-        if parts:
-            return f"{node} ran again because " + "; ".join(parts)
-    if parent is not None and parent.field_hashes:
-        parts = changed_fields(parent.field_hashes, field_hashes, parent.units, units)
-        if parts:
-            return f"{node} ran again because " + "; ".join(parts)
-        if parent.status == "failed":
-            return "same inputs as the parent's step, which failed (failures are never cached)"
-        if not use_cache:
-            return "cache bypassed (use_cache=False)"
-        return "same inputs as the parent's step, but no cache entry (purged or never stored)"
-    if not use_cache:
-        return "cache bypassed (use_cache=False)"
-    return "no earlier entry for these inputs"
-
-
-def is_expired(policy: Policy, entry: dict, now: Optional[float] = None) -> bool:
-    return policy.determinism == TIME_BOUND and (
-        (now if now is not None else time.time()) - entry["cached_at"] >= policy.ttl
-    )
-
-
-def keeps_first_output(policy: Policy, expired: bool) -> bool:
-    """A deterministic entry keeps its first output; a time-bound one refreshes."""
-    return policy.determinism == DETERMINISTIC and not expired
-
-
-def class_params(action: Any) -> dict:
-    """A class-based action's forkable params: keyword parameters of its `__init__` with
-    defaults, read back from the attribute of the same name (the usual Burr pattern)."""
-    try:
-        sig = inspect.signature(type(action).__init__)
-    except (TypeError, ValueError):
-        return {}
-    out = {}
-    for name, p in sig.parameters.items():
-        if name == "self" or p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
-            continue
-        if hasattr(action, name) and not callable(getattr(action, name)):
-            out[name] = getattr(action, name)
     return out

@@ -25,8 +25,8 @@ from typing import Any, Optional
 from burr.core import State
 
 from ..errors import RewindError, UndeclaredRead
-from ..hashing import canonical_json, is_internal_key
-from ..metering import StepMeter, metering
+from ..keys import canonical_json, is_internal_key
+from ..model.metering import StepMeter, metering
 from . import burr_compat
 
 _IMMUTABLE = (str, int, float, bool, bytes, type(None))

@@ -2,7 +2,8 @@
 
 Everything a key needs that is fixed per pipeline is computed here once (each node's params,
 their hashes, the wrapped graph), and anything Rewind cannot key is refused here, naming the
-node and the param, before any node runs or anything is written.
+node and the param, before any node runs or anything is written. `register_pipeline` keeps
+the pipelines every `Rewind` handle of this process knows (the CLI's and the dashboard's).
 """
 
 from __future__ import annotations
@@ -13,10 +14,19 @@ from typing import Any, Optional
 from burr.core.action import Action
 from burr.core.graph import Graph, GraphBuilder, Transition
 
-from ..action import node_params, param_names, policy_of
 from ..errors import InvalidRequest, NotFound, RewindError
-from ..hashing import canonical_hash
+from ..keys import canonical_hash, node_params, param_names, policy_of
 from .keys import NodeSpec, node_spec
+
+
+# name -> Pipeline, for every `Rewind` handle in this process
+GLOBAL_PIPELINES: dict = {}
+
+
+def register_pipeline(pipeline: "Pipeline") -> "Pipeline":
+    """Register a pipeline for every `Rewind` handle in this process (the CLI and dashboard)."""
+    GLOBAL_PIPELINES[pipeline.name] = pipeline
+    return pipeline
 
 
 class Pipeline:

@@ -15,15 +15,16 @@ import json
 import os
 from typing import Any, Optional
 
-from .. import llm
-from ..action import SIDE_EFFECT
+from ..model import chat as llm
+from ..keys import SIDE_EFFECT
 from ..costs import price_table, step_cost, step_dollars
 from ..errors import InvalidRequest, NotFound
 from ..models import RunStatus, StepStatus, normalize_overrides, overrides_at
 from .context import cache_key
 from .fork import _check_request, load_steps
-from ..fingerprint import code_fingerprint
-from .keys import changed_fields, code_of, is_expired, node_spec, recorded_overrides
+from ..keys import code_fingerprint
+from ..keys import changed_fields, is_expired
+from .keys import code_of, node_spec, recorded_overrides
 from .replay import OTHER_ENDPOINT, change_named, parsed_entry, what_changed
 
 RERUN = "re-run"

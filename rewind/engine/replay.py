@@ -17,17 +17,21 @@ from typing import Any, Optional
 from burr.core import State
 from burr.core.action import Action, SingleStepAction
 
-from .. import envwatch, filewatch, llm, serde
-from ..action import DETERMINISTIC, SIDE_EFFECT
+from ..keys import envwatch
+from ..keys import filewatch
+from ..model import chat as llm
+from ..store import serde
+from ..keys import DETERMINISTIC, SIDE_EFFECT
 from ..errors import RewindError
-from ..hashing import is_internal_key, sha256_hex
-from ..metering import StepMeter
+from ..keys import is_internal_key, sha256_hex
+from ..model.metering import StepMeter
 from ..models import StepStatus
-from ..model_calls import serving
+from ..model.calls import serving
 from .burr_compat import state_values
 from .calls import for_step as model_call_cache
 from .context import _UNASKED, CURRENT, ExecutionContext, StepRecord
-from .keys import NodeSpec, is_expired, keeps_first_output, miss_reason
+from ..keys import is_expired, keeps_first_output, miss_reason
+from .keys import NodeSpec
 from .node import apply_outputs, execute_node
 
 logger = logging.getLogger("rewind")

@@ -21,7 +21,7 @@ from ..models import Run, RunStatus, StepStatus
 from ..redaction import redact
 from ..store import PARTITION_KEY, RUN_COLUMNS
 from .context import CURRENT, ExecutionContext
-from .keys import param_hash
+from ..keys import param_hash
 from .liveness import Heartbeat, owner_fields
 from .persistence import ThreadRoutedPersister
 from .stepper import Stepper, burr_hooks

@@ -24,7 +24,7 @@ import os
 from typing import Any, Optional
 
 from ..errors import CommitError, InvalidRequest, NotFound, RewindError
-from ..hashing import is_internal_key, sha256_hex
+from ..keys import is_internal_key, sha256_hex
 from ..models import RunStatus, StepStatus
 from ..store import PARTITION_KEY
 

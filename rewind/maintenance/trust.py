@@ -24,7 +24,7 @@ import json
 import logging
 from typing import Optional
 
-from .. import serde
+from ..store import serde
 from ..errors import RewindError
 from ..store.rows import parse_refs
 from .references import Checked
@@ -71,7 +71,7 @@ class _Values:
 
 def _refusal(rw, entry: dict, steps: list, runs: dict, values: _Values) -> Optional[str]:
     """Why `entry` cannot be trusted (None: its key and outputs verify here)."""
-    from ..action import policy_of
+    from ..keys import policy_of
     from ..analysis.audit import output_hash_of, recomputed_input_hash, sample_spec
 
     refs = parse_refs(entry["outputs"])

@@ -27,10 +27,9 @@ from typing import Optional
 
 from burr.core.graph import GraphBuilder
 
-from .. import llm
+from ..model import chat as llm
 from ..action import action, tool
-from ..api import register_pipeline
-from ..engine import Pipeline
+from ..engine import Pipeline, register_pipeline
 from . import corpus
 
 __all__ = [

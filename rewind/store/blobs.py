@@ -14,7 +14,7 @@ import collections
 import time
 from typing import Any, Iterable, Optional, Sequence
 
-from .. import serde
+from . import serde
 from ..errors import IntegrityError, NotFound
 from .base import BlobStore
 from .rows import blob_ok, make_doc

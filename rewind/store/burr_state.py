@@ -14,8 +14,8 @@ from typing import Any, Iterable, Optional
 
 from burr.core import State
 
-from .. import serde
-from ..hashing import canonical_hash
+from . import serde
+from ..keys import canonical_hash
 from .base import StateStore
 from .rows import (
     DOC_KEY, PARTITION_KEY, PRIOR_STEP_KEY, REFS_KEY, SEQUENCE_ID_KEY, STEP_DOC_KEY,

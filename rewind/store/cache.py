@@ -11,9 +11,9 @@ import math
 import time
 from typing import Any, Iterable, Optional, Sequence
 
-from .. import serde
+from . import serde
 from ..errors import IntegrityError, InvalidRequest, NotFound
-from ..hashing import canonical_hash
+from ..keys import canonical_hash
 from .base import CacheStore
 from .schema import ALARM_COLUMNS, CACHE, CACHE_COLUMNS
 from .sql import SQLBase, chunks

@@ -21,7 +21,7 @@ import time
 from typing import Any, Iterator, Optional, Sequence
 
 from ..errors import InvalidRequest, StoreError
-from ..hashing import sha256_hex
+from ..keys import sha256_hex
 from ..redaction import redact_url
 from .blobs import blob_insert
 from .burr_state import BlobRefPersisterMixin

@@ -17,8 +17,8 @@ from __future__ import annotations
 import json
 from typing import Any, Optional
 
-from .. import serde
-from ..hashing import canonical_hash, canonical_json, sha256_hex
+from . import serde
+from ..keys import canonical_hash, canonical_json, sha256_hex
 
 PARTITION_KEY = "rewind"
 REFS_KEY = "__rewind_refs__"

@@ -19,12 +19,12 @@ import sys
 from types import SimpleNamespace
 from typing import Any, Callable, Optional
 
-from ..action import SIDE_EFFECT, policy_of
+from ..keys import SIDE_EFFECT, policy_of
 from ..analysis.audit import ProgressCounter, runtime_recorded, sample_spec, varying_fields
 from ..engine.node import execute_node
 from ..errors import RewindError
-from ..hashing import canonical_hash
-from ..metering import StepMeter
+from ..keys import canonical_hash
+from ..model.metering import StepMeter
 from ..models import RunStatus, Step
 from .cassette import call_key, snapshot_call
 from .format import FORMAT, VERSION, SnapshotError, encode_value, encode_values

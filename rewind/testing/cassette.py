@@ -5,12 +5,12 @@ the record modes (`none`: a call the snapshot lacks fails, naming the request; `
 to the configured model and is recorded; `all`: every call goes to the model, as vcrpy's
 modes), and `MissingCall`.
 
-Model calls are caught on openai's request path (`rewind.model_calls`, of which a cassette is
+Model calls are caught on openai's request path (`rewind.model.calls`, of which a cassette is
 a call source), so `rewind.llm.chat` and a user's own `openai.OpenAI(...)` client inside a node
-are both served, and `rewind.openai_meter` still records the call on the step. Tool calls (`rewind.tool`) are served through the step
+are both served, and `rewind.model.capture` still records the call on the step. Tool calls (`rewind.tool`) are served through the step
 meter's `tool_store`, which this class implements (`tool_cache_get` / `tool_cache_put`).
 
-A request's identity is `rewind.model_calls.call_key`.
+A request's identity is `rewind.model.calls.call_key`.
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ import json
 from typing import Any, Iterator, Optional
 
 from ..errors import OperationError
-from ..hashing import to_canonical
-from ..model_calls import NOT_KEYED as _NOT_KEYED, call_key, request_of, serving
+from ..keys import to_canonical
+from ..model.calls import NOT_KEYED as _NOT_KEYED, call_key, request_of, serving
 from .format import decode_value, encode_value
 
 NONE, NEW, ALL = "none", "new", "all"

@@ -34,7 +34,7 @@ import stat
 from pathlib import Path
 from typing import Any
 
-from .. import serde
+from ..store import serde
 from ..errors import InvalidRequest
 from ..paths import nearest_existing, unwritable_reason
 

@@ -28,14 +28,14 @@ from typing import Any, Callable, Optional
 
 from burr.core import State
 
-from ..action import SIDE_EFFECT, policy_of
+from ..keys import SIDE_EFFECT, changed_fields, policy_of
 from ..analysis import noise
 from ..analysis.audit import Outcome
 from ..engine import load_pipeline_spec
-from ..engine.keys import changed_fields, node_spec
+from ..engine.keys import node_spec
 from ..engine.node import execute_node
 from ..errors import RewindError
-from ..metering import StepMeter
+from ..model.metering import StepMeter
 from . import format as fmt
 from .capture import audit_step, merge_calls, merge_tools
 from .cassette import ALL, NONE, Cassette, call_key, snapshot_call

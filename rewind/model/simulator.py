@@ -1,6 +1,6 @@
 """`rewind.simulator`: the old name of the offline model, kept so existing imports keep working.
 
-The model lives in the package `rewind.sim` (one concept per module: see its docstring). This
+The model lives in the package `rewind.model.sim` (one concept per module: see its docstring). This
 module re-exports its public names, resolves any other old name (`simulator._PROCESS_NONCE`,
 `simulator._Chooser`) from the submodule that now owns it, and forwards assignments to that
 submodule, so `monkeypatch.setattr(simulator, "_PROCESS_NONCE", ...)` still pins the sampling

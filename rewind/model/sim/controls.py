@@ -1,7 +1,7 @@
 """Runtime switches of the offline model: injected HTTP errors, added latency, request counters.
 
 Owns the only mutable state of the simulator besides the sampling nonce. It is module state so
-that every transport in this process (the in-process MockTransport, `rewind.llm_server`) sees
+that every transport in this process (the in-process MockTransport, `rewind.model.server`) sees
 the same switches; a test or the settings page flips them here.
 """
 

@@ -2,7 +2,7 @@
 
 Owns `install()`: a wrapper, put once on the request path of openai's base clients
 (`SyncAPIClient.request`, `AsyncAPIClient.request`), that does nothing unless a step meter is
-active (`rewind.metering`). Inside a step, each `chat.completions.create` and `responses.create`
+active (`rewind.model.metering`). Inside a step, each `chat.completions.create` and `responses.create`
 call (streaming or not, sync or async) is recorded on the meter as a `ModelCall` and its tokens
 are the usage the server reported; a server that reports none is counted with o200k, marked
 `usage_reported=False`. The user changes no code: `install` runs when a meter opens, and
@@ -23,7 +23,7 @@ import time
 from typing import Any, Optional
 
 from .metering import ModelCall, current_meter, on_meter_open, record_call
-from .redaction import redact
+from ..redaction import redact
 
 _APIS = (("/chat/completions", "chat.completions"), ("/responses", "responses"))
 _install_lock = threading.Lock()

@@ -1,20 +1,12 @@
-"""Code fingerprints: the part of a node's key that says which code (and which constants the code
-names) produced its output, so an edit anywhere the node reaches in the user's code is a miss.
+"""The walk behind a code fingerprint: from a node's function, everything its output may depend
+on in the user's code, spelled without anything process-specific (see `keys.fingerprint` for
+the two layers it fills and what "user code" means).
 
-Two layers, hashed together:
-- the legacy layer, unchanged since caches were first written (tests/test_golden.py): the
-  node's source, the module-level constants and closure values it names, the same-module
-  helpers and closure functions it calls, followed;
-- the reach layer, present only when it is not empty, so a node that reaches nothing more keeps
-  its old key: attributes read from other user modules (`prompts.SYSTEM`), helpers in other
-  user modules (transitively, cycles cut), the methods and user-code bases of classes (class-
-  based actions included) with what they use, bound methods' instances, partials' arguments,
-  and the version of every installed package the code uses.
-
-"User code" is anything outside the standard library and installed packages (site-packages,
-dist-packages). Rewind's own modules are the framework: never followed and never versioned,
-so upgrading Rewind does not invalidate every cache (the golden test guards its hashes).
-Nothing process-specific enters a fingerprint: names, source text, canonical values only.
+`_Walk` visits functions, classes, instances, globals and closure values, module attributes and
+installed packages, collecting per-unit spellings and every binding it read (for the fast path
+that re-reads them). It keys a value it cannot spell canonically (an object in a closure, a
+partial's arguments) with the `key_value` it is given: `keys.fingerprint.param_hash`, which
+walks again; handing it in keeps this module below the one that calls it.
 """
 
 from __future__ import annotations
@@ -28,7 +20,7 @@ from typing import Any, Callable, Optional
 
 from burr.core.action import FunctionBasedAction
 
-from . import hashing
+from . import canonical
 from .dynamicreach import module_units
 from .classfields import reach_fields
 from .modulereads import module_reads
@@ -36,7 +28,7 @@ from .bytecode import code_text as _code_text, names_used as _names_used
 from .objectparts import (
     PARTS_DEPTH, PARTS_MAX, attributes, functions_of, made_of_user_code, parts_of, user_objects,
 )
-from .codeorigin import (  # noqa: F401  (re-exported: hashing keys params with them)
+from .codeorigin import (  # noqa: F401
     FRAMEWORK, PACKAGE, STDLIB, USER, distribution_of, import_user_module, module_kind, type_name,
     version_of,
 )
@@ -68,7 +60,7 @@ def _legacy_constant(value: Any) -> Any:
     if isinstance(value, (types.ModuleType, type)) or callable(value):
         return None
     try:
-        return hashing._canon(value, "value", 0, hashing._LEGACY)
+        return canonical._canon(value, "value", 0, canonical._LEGACY)
     except Exception:
         return None
 
@@ -77,7 +69,8 @@ class _Walk:
     """One traversal: the legacy parts (in the legacy order), the reach layer (a dict, so
     order-free), per-unit spellings, and every binding read on the way (for the fast path)."""
 
-    def __init__(self) -> None:
+    def __init__(self, key_value: Callable[[Any, str], str]) -> None:
+        self.key_value = key_value  # how a value with no canonical spelling is keyed
         self.legacy: list = []
         self.reach: dict = {}
         self.units: dict = {}
@@ -266,7 +259,7 @@ class _Walk:
     def visit_instance(self, obj: Any) -> None:
         self.visit_class(type(obj))
         for name, value in attributes(obj):  # a slotted instance holds its values in its slots
-            self.add(f"{_unit(type(obj))}.self.{name}", hashing.param_hash(value, name))
+            self.add(f"{_unit(type(obj))}.self.{name}", self.key_value(value, name))
 
     def visit_bound(self, m: Any) -> None:
         owner = m.__self__
@@ -294,7 +287,7 @@ class _Walk:
             return
         if isinstance(value, functools.partial):
             self.reach_value(value.func, unit)
-            self.add(f"{unit}.args", hashing.param_hash([list(value.args), value.keywords], unit))
+            self.add(f"{unit}.args", self.key_value([list(value.args), value.keywords], unit))
             return
         if inspect.ismethod(value):
             self.reach_value(value.__func__, unit)
@@ -331,7 +324,7 @@ class _Walk:
                 self.add(unit, _legacy_constant(value))
             return
         try:
-            self.add(unit, hashing.to_canonical(value, unit))
+            self.add(unit, canonical.to_canonical(value, unit))
         except Exception:
             pass
         else:
@@ -405,96 +398,9 @@ class _Walk:
         """A dict key's or a set item's name in a unit: its canonical JSON, else the digest of
         its own walk (a repr may hold a memory address)."""
         try:
-            return hashing.canonical_json(key).decode("utf-8")
+            return canonical.canonical_json(key).decode("utf-8")
         except Exception:
-            sub = _Walk()
+            sub = _Walk(self.key_value)
             sub.parts_left = min(self.parts_left, 1000)
             sub.reach_value(key, "key")
-            return "~" + hashing.canonical_hash(sub.reach)[:16]
-
-
-def _read_binding(where: tuple) -> Any:
-    kind = where[0]
-    if kind in ("g", "d"):  # a module's globals, a class's members
-        return where[1].get(where[2], _MISSING)
-    if kind == "c":
-        try:
-            return where[1].cell_contents
-        except ValueError:
-            return _MISSING
-    if kind == "a":
-        return getattr(where[1], where[2], _MISSING)
-    return sys.modules.get(where[1], _MISSING)
-
-
-# Fingerprints being computed on this thread: a function reached again through an object's
-# state while its own walk is under way is keyed by name, so the walk ends.
-_ACTIVE = threading.local()
-
-# (fn, version) -> (mapping bindings to re-read, other bindings, digest, units), each binding with its object
-_FINGERPRINTS: dict = {}
-
-
-def _fingerprint(fn: Any, version: Optional[str]) -> tuple:
-    try:
-        memo = _FINGERPRINTS.get((fn, version))
-    except TypeError:
-        memo = None
-    if memo is not None:
-        gets, others = memo[0], memo[1]
-        for mapping, name, o in gets:  # a module's globals, a class's members: no call each
-            if mapping.get(name, _MISSING) is not o:
-                break
-        else:
-            for w, o in others:
-                if _read_binding(w) is not o:
-                    break
-            else:
-                return memo
-    walk = _Walk()
-    active = _ACTIVE.__dict__.setdefault("fns", set())
-    active.add(id(fn))
-    try:
-        walk.legacy_visit(fn)
-        walk.extend()
-    finally:
-        active.discard(id(fn))
-    doc = {"code": walk.legacy, "version": version}
-    if walk.reach:
-        doc["deps"] = walk.reach
-    digest = hashing.canonical_hash(doc)
-    units = {u: hashing.canonical_hash(s, u) for u, s in sorted(walk.units.items())}
-    if version is not None:
-        units["version"] = hashing.canonical_hash(version)
-    # the re-read of every call, split once: bindings read from a mapping, and the rest
-    gets = [(w[1], w[2], o) for w, o in walk.bindings if w[0] in ("g", "d")]
-    others = [(w, o) for w, o in walk.bindings if w[0] not in ("g", "d")]
-    memo = (gets, others, digest, units)
-    try:
-        _FINGERPRINTS[(fn, version)] = memo
-    except TypeError:
-        pass
-    return memo
-
-
-def code_fingerprint(fn: Callable, version: Optional[str] = None) -> str:
-    """The `code` hash of a node: its source, the constants and closure values it names, the
-    helpers it calls (same module: the legacy layer; other user modules: followed), the module
-    attributes it reads, its class's methods and bases, installed packages' versions, and
-    `version`. Re-read on every call; recomputed only when a binding it read was rebound. A
-    mutable global mutated in place keeps its first spelling, so a counter never makes every
-    run miss."""
-    return _fingerprint(fn, version)[2]
-
-
-def describe_fingerprint(fn: Callable, version: Optional[str] = None) -> dict:
-    """{unit: hash} of everything `code_fingerprint(fn, version)` covers: `mod.func` for code,
-    `mod.NAME` for a constant or module attribute, `mod.func.var` for a closure value,
-    `mod.Cls.method`, a distribution name (`openai`) for an installed package, `version`."""
-    return dict(_fingerprint(fn, version)[3])
-
-
-def changed_units(before: dict, after: dict) -> list:
-    """The units whose hash differs between two `describe_fingerprint` results (added and
-    removed ones included), sorted: what a miss reason names."""
-    return sorted(u for u in set(before) | set(after) if before.get(u) != after.get(u))
+            return "~" + canonical.canonical_hash(sub.reach)[:16]

@@ -157,7 +157,7 @@ _TEMPLATES = (
     ("Analysis: {}", "Analyse : {}", "Análisis: {}", "Analyse: {}"),
     ("What the sources say about {}", "Ce que disent les sources sur {}", "Lo que dicen las fuentes sobre {}",
      "Was die Quellen über {} sagen"),
-    # tone lines (rewind.sim.style), so a playful or formal reply can also be in another language
+    # tone lines (rewind.model.sim.style), so a playful or formal reply can also be in another language
     ("Let's go exploring: {}!", "Partons à l'aventure : {} !", "¡A explorar: {}!", "Auf geht's zur Entdeckung: {}!"),
     ("Adventure time: {}!", "C'est l'heure de l'aventure : {} !", "¡Hora de la aventura: {}!", "Abenteuerzeit: {}!"),
     ("Ooh, what a fun one!", "Oh, en voilà une amusante !", "¡Uy, qué pregunta tan divertida!",

@@ -1,7 +1,7 @@
-"""`rewind.llm_server`: the simulator as an OpenAI-compatible HTTP server.
+"""`rewind.model.server`: the simulator as an OpenAI-compatible HTTP server.
 
 Owns `serve` (used by `python -m rewind serve-llm`) and `start_in_thread` (for tests). It adds
-no behaviour of its own: every request goes to `rewind.sim.dispatch`, the same code the
+no behaviour of its own: every request goes to `rewind.model.sim.dispatch`, the same code the
 in-process MockTransport uses, so HTTP and in-process answers are byte-identical.
 
     POST /v1/chat/completions   (stream=true with stream_options.include_usage supported)
@@ -169,7 +169,7 @@ def start_in_thread(port: int = 0, host: str = "127.0.0.1") -> tuple:
 
 
 def main(argv: Optional[list] = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m rewind.llm_server",
+    parser = argparse.ArgumentParser(prog="python -m rewind.model.server",
                                      description="The Rewind simulator as an OpenAI-compatible server.")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8000)

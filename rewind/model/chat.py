@@ -4,7 +4,7 @@ Owns `chat` (through the real `openai` client, metering tokens into the running 
 `client()` (the cached `openai.OpenAI` for the current configuration), `warm_up()` (the
 one-time start-up cost, paid before the first step rather than inside it), `configure` /
 `provider_info` / `reset` for the settings page and tests. With no `OPENAI_API_KEY` and no
-`OPENAI_BASE_URL` the provider is `rewind.sim`, mounted in-process under the same
+`OPENAI_BASE_URL` the provider is `rewind.model.sim`, mounted in-process under the same
 client through an httpx2 MockTransport, so the SDK's request building, retries and response
 parsing are exercised exactly as they would be against a real endpoint.
 
@@ -24,9 +24,10 @@ import time
 from collections.abc import Iterable
 from typing import Any, Iterator, Optional
 
-from . import openai_meter, sim
-from .errors import ProviderError
-from .redaction import redact, redact_url
+from . import capture
+from . import sim
+from ..errors import ProviderError
+from ..redaction import redact, redact_url
 from .metering import current_meter, record_usage  # record_usage: part of the public contract
 
 __all__ = [
@@ -434,14 +435,14 @@ def chat(
 ) -> str:
     """Send a chat completion; return the assistant's text and meter its tokens.
 
-    Tokens and the call's record go to the running step through `rewind.openai_meter`, the same
+    Tokens and the call's record go to the running step through `rewind.model.capture`, the same
     path that meters a user's own openai client (nothing is recorded outside a step).
     Any failure after the SDK's own retries is a `ProviderError` saying which endpoint, which
     model and what went wrong, without the API key.
     """
     import openai
 
-    openai_meter.install()  # the tokens of this call are metered on the request path
+    capture.install()  # the tokens of this call are metered on the request path
     if isinstance(messages, (str, bytes)) or not isinstance(messages, Iterable):
         raise ProviderError("chat() takes a list of messages like [{'role': 'user', 'content': '...'}]")
     if isinstance(model, str) and not model.strip():  # else the default would answer, unsaid

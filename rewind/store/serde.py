@@ -10,7 +10,7 @@ models, numpy arrays (dtype and shape) and scalars, pandas DataFrames and Series
 keys JSON cannot spell. Users' own types: `register_type(cls, encode, decode)`; types
 registered with Burr's serde (`burr.core.serde.serialize.register` plus a
 `deserializer.register` for its key) are honoured too. Hashing never uses this encoding: see
-`hashing` (a registered type hashes as what its encoder returns).
+`rewind.keys.canonical` (a registered type hashes as what its encoder returns).
 
 Decoding imports the module a dataclass, Enum or model class was defined in, as Burr's own
 pydantic serde does: the database is trusted like the code.
@@ -37,8 +37,8 @@ from typing import Any, Callable, Optional
 
 from burr.core import serde as burr_serde
 
-from . import hashing
-from .errors import InvalidRequest, StoreError, UnhashableValue
+from ..keys import canonical
+from ..errors import InvalidRequest, StoreError, UnhashableValue
 
 _TAG = "__rw__"
 _RESERVED = (_TAG, burr_serde.KEY)
@@ -71,7 +71,7 @@ def register_type(cls: type, encode: Callable[[Any], Any], decode: Callable[[Any
     name = name or f"{cls.__module__}.{cls.__qualname__}"
     _USER_TYPES[cls] = (name, encode)
     _USER_DECODERS[name] = decode
-    hashing._REGISTERED[cls] = encode
+    canonical._REGISTERED[cls] = encode
 
 
 def _user_type(t: type) -> Optional[tuple]:
@@ -228,7 +228,7 @@ def _enc(value: Any, path: str, depth: int) -> Any:
     pd = sys.modules.get("pandas")
     if pd is not None and isinstance(value, (pd.DataFrame, pd.Series)):
         return _enc_pandas(pd, value, path, depth)
-    burr = hashing._burr_serialized(value)
+    burr = canonical._burr_serialized(value)
     if burr is not None:
         return {_TAG: "burr", "v": _enc(burr, path, depth + 1)}
     raise UnhashableValue(

@@ -60,7 +60,7 @@ def parts_of(value: Any, spell: Callable[[Any], str]) -> list:
             return [(".name", value.name)]
     user = module_kind(type(value).__module__ or "") == USER or made_of_user_code(type(value))
     key = getattr(value, "rewind_key", None) if user else None
-    if key is not None:  # the object says what it is (hashing.param_hash honours it too)
+    if key is not None:  # the object says what it is (keys.fingerprint.param_hash honours it too)
         return [(".rewind_key", key() if callable(key) else key)]
     if user and isinstance(getattr(value, "__dict__", None), dict):
         return [(f".{n}", v) for n, v in attributes(value) if isinstance(n, str)]

@@ -23,7 +23,7 @@ import sys
 import uuid
 from typing import Any, Callable, Iterable, Optional
 
-from .errors import UnhashableValue
+from ..errors import UnhashableValue
 
 # Burr's own bookkeeping keys (`__SEQUENCE_ID`, `__PRIOR_STEP`, ...) are never hashed.
 BURR_INTERNAL_PREFIX = "__"
@@ -244,7 +244,7 @@ def _burr_serialized(value: Any) -> Optional[dict]:
     return got if isinstance(got, dict) and burr_serde.KEY in got else None
 
 
-# Users' own encoders, by type (filled by `rewind.serde.register_type`): hashing spells a
+# Users' own encoders, by type (filled by `rewind.store.serde.register_type`): hashing spells a
 # registered value as whatever its encoder returns.
 _REGISTERED: dict = {}
 
@@ -401,65 +401,3 @@ def join_parts(parts: dict) -> bytes:
 def combine(parts: dict) -> str:
     """Hash a mapping of already-computed hashes and small values."""
     return canonical_hash(parts)
-
-
-# --- params and runtime inputs ---------------------------------------------------------------
-
-
-def param_hash(value: Any, where: str = "value") -> str:
-    """The key of a `.bind()` value or runtime input: `canonical_hash(value)` for every value
-    that has one (so those keys never change); otherwise a function by its code fingerprint,
-    an object with a `rewind_key` attribute or method by that key, anything else by its type's
-    qualified name and, for an installed package's type, that package's version. Raises
-    `UnhashableValue` only for what can never be keyed: NaN, infinities, invalid Unicode."""
-    try:
-        if _is_plain(value):
-            data = value
-        else:
-            from . import paramkeys
-
-            data = _canon(value, where, 0, (True, _object_key))
-            code = paramkeys.user_code_key(value)
-            if code is not None:  # a dataclass (a pydantic model...) of the user's: its class too
-                data = {"__value__": data, "__classes__": code}
-        return sha256_hex(_ENCODER.encode(data).encode("utf-8"))
-    except RecursionError:
-        raise UnhashableValue(f"`{where}` is nested too deeply to hash; flatten it") from None
-    except UnicodeEncodeError:
-        raise UnhashableValue(
-            f"`{where}` contains invalid Unicode (a lone surrogate); it cannot be encoded as UTF-8"
-        ) from None
-
-
-def _object_key(value: Any, path: str, depth: int) -> Any:
-    from . import fingerprint, paramkeys
-
-    how = (True, _object_key)
-    has_key = "rewind_key" in (getattr(value, "__dict__", None) or {}) or hasattr(
-        type(value), "rewind_key"
-    )
-    if has_key:
-        key = value.rewind_key
-        if callable(key):
-            key = key()
-        return {"__key__": fingerprint.type_name(type(value)),
-                "v": _canon(key, f"{path}.rewind_key", depth + 1, how)}
-    if paramkeys.is_code(value):
-        return {"__code__": paramkeys.code_key(value)}
-    walked = paramkeys.object_key(value)
-    if walked is not None:  # the user's object: its code and what it holds
-        return {"__object__": fingerprint.type_name(type(value)), "v": walked}
-    return {"__type__": fingerprint.type_name(type(value)),
-            "dist": fingerprint.version_of(type(value).__module__)}
-
-
-
-def __getattr__(name: str):
-    # Code fingerprints live in `fingerprint` (which hashes through this module); the names
-    # stay importable from here, resolved on first use so neither module imports the other
-    # while it loads.
-    if name in ("code_fingerprint", "describe_fingerprint"):
-        from . import fingerprint
-
-        return getattr(fingerprint, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -4,7 +4,7 @@ Owns `dispatch(method, path, body) -> SimResponse` (the routes, and the chat com
 endpoint's JSON bodies and server-sent events; `responses` owns the Responses API's), and
 `handle_request`, the
 httpx2 MockTransport handler that puts it behind the real openai client in-process.
-`rewind.llm_server` serves the same `dispatch` over HTTP, so both answer byte-identically.
+`rewind.model.server` serves the same `dispatch` over HTTP, so both answer byte-identically.
 """
 
 from __future__ import annotations

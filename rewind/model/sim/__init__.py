@@ -1,4 +1,4 @@
-"""`rewind.sim`: the offline model, an OpenAI-compatible chat model that runs with no network.
+"""`rewind.model.sim`: the offline model, an OpenAI-compatible chat model that runs with no network.
 
 One concept per module, imported in this order (each only imports modules above it):
 
@@ -16,7 +16,7 @@ One concept per module, imported in this order (each only imports modules above 
                for httpx2
 
 This package owns no transport: `rewind.llm` mounts `handle_request` under the real openai
-client, `rewind.llm_server` serves `dispatch` over HTTP. `rewind.simulator` is the old name of
+client, `rewind.model.server` serves `dispatch` over HTTP. `rewind.simulator` is the old name of
 this package and re-exports it.
 """
 

@@ -24,8 +24,8 @@ import threading
 from types import SimpleNamespace
 from typing import Any, Iterator, Optional
 
-from .errors import RewindError
-from .hashing import canonical_hash, to_canonical
+from ..errors import RewindError
+from ..keys import canonical_hash, to_canonical
 
 _APIS = (("/chat/completions", "chat.completions"), ("/responses", "responses"))
 NOT_KEYED = ("stream", "stream_options")

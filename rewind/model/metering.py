@@ -1,7 +1,7 @@
 """Which step is running right now, the tokens it has spent and the model calls it made.
 
 The engine opens a `StepMeter` around every node execution; `record_usage` (and `record_call`,
-used by `rewind.openai_meter` for every call through an openai client, `rewind.llm.chat`'s
+used by `rewind.model.capture` for every call through an openai client, `rewind.llm.chat`'s
 included) add into the innermost one. Outside a step nothing is recorded and nothing is raised:
 the same node code runs in plain Burr, in tests and in an audit.
 """
@@ -13,7 +13,7 @@ import contextvars
 import dataclasses
 from typing import Any, Callable, Iterator, Optional
 
-from .errors import InvalidRequest
+from ..errors import InvalidRequest
 
 # More tokens than any model call has ever had, far under the stores' 64-bit columns (run totals
 # add many steps): a count past it is a provider's or a caller's mistake, refused by name.
@@ -77,7 +77,7 @@ class StepMeter:
 _current: contextvars.ContextVar[Optional[StepMeter]] = contextvars.ContextVar(
     "rewind_step_meter", default=None
 )
-# Run each time a meter opens, before the node: `rewind.openai_meter` registers its installer
+# Run each time a meter opens, before the node: `rewind.model.capture` registers its installer
 # here so that a user's openai client is hooked even if openai was imported after rewind.
 _on_open: list = []
 

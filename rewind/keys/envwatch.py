@@ -19,7 +19,7 @@ from typing import Optional
 
 from .codeorigin import STDLIB, USER, module_kind
 from .filewatch import on_thread_stack
-from .hashing import sha256_hex
+from .canonical import sha256_hex
 
 _LOCAL = threading.local()
 _INSTALL_LOCK = threading.Lock()

@@ -17,7 +17,7 @@ import sys
 import types
 from typing import Any, Iterator
 
-from . import hashing
+from . import canonical
 from .codeorigin import USER, import_user_module, module_kind
 
 # names whose use means a lookup by a name computed or given as a string
@@ -81,7 +81,7 @@ def module_units(module: types.ModuleType) -> dict:
         if isinstance(value, (types.ModuleType, type)) or callable(value):
             continue
         try:
-            units[f"{name}.{attr}"] = hashing.canonical_hash(value)
+            units[f"{name}.{attr}"] = canonical.canonical_hash(value)
         except Exception:  # no canonical encoding: the source text stands for it
             continue
     return units
