@@ -32,6 +32,13 @@ def module_reads(walk: Any, f: Any, code: types.CodeType) -> None:
             name = importlib.util.resolve_name("." * level + module, package) if level else module
         except (ImportError, ValueError):
             continue
+        top = name.partition(".")[0]
+        if module_kind(top) == PACKAGE:
+            # an installed package is in the key by name and version from the import statement
+            # itself, whether or not this process has loaded it (or the submodule) yet: what is
+            # in `sys.modules` when a pipeline is built differs between processes. Its top-level
+            # name decides the distribution, and finding a top-level name imports nothing.
+            walk.add_package(top)
         base = import_user_module(name)
         if base is None:
             continue
