@@ -26,7 +26,6 @@ import decimal
 import enum
 import fractions
 import hashlib
-import importlib
 import io
 import json
 import math
@@ -38,23 +37,20 @@ from typing import Any, Callable, Optional
 from burr.core import serde as burr_serde
 
 from ..keys import canonical
-from ..errors import InvalidRequest, StoreError, UnhashableValue
+from ..errors import InvalidRequest, UnhashableValue
+from .classrefs import UndecodableValue, class_ref, resolve as _resolve  # noqa: F401  (UndecodableValue: re-exported)
 
 _TAG = "__rw__"
 _RESERVED = (_TAG, burr_serde.KEY)
 _MARKERS = (b'"' + _TAG.encode() + b'"', b'"' + burr_serde.KEY.encode() + b'"')
 
 
-class UndecodableValue(StoreError):
-    """A stored value names a type this process cannot load (a class that is not importable,
-    a registered type not registered here). The bytes are intact: this is not corruption."""
 
 
 # --- users' types ---------------------------------------------------------------------------
 
 _USER_TYPES: dict = {}     # class -> (name, encode)
 _USER_DECODERS: dict = {}  # name -> decode
-_CLASSES: dict = {}        # "module:qualname" -> class, for classes import cannot reach
 
 
 def register_type(cls: type, encode: Callable[[Any], Any], decode: Callable[[Any], Any],
@@ -82,12 +78,6 @@ def _user_type(t: type) -> Optional[tuple]:
     return None
 
 
-def _ref(cls: type) -> str:
-    ref = f"{cls.__module__}:{cls.__qualname__}"
-    _CLASSES.setdefault(ref, cls)
-    return ref
-
-
 _DICTS = {collections.Counter: "counter", collections.OrderedDict: "odict",
           collections.defaultdict: "defaultdict"}
 
@@ -99,26 +89,7 @@ def _factory_ref(factory: Any, path: str) -> str:
         raise UnhashableValue(
             f"`{path}` is a defaultdict whose default_factory ({factory!r}) has no importable "
             "name; use a type (list, int) or a function defined at module level")
-    return _ref(factory)
-
-
-def _resolve(ref: str) -> type:
-    got = _CLASSES.get(ref)
-    if got is not None:
-        return got
-    module, _, qualname = ref.partition(":")
-    try:
-        obj: Any = importlib.import_module(module)
-        for part in qualname.split("."):
-            obj = getattr(obj, part)
-    except Exception as e:
-        raise UndecodableValue(
-            f"a stored value is a {module}.{qualname}, which this process cannot import ({e}); "
-            "define the class at module level of an importable module (or register_type it) "
-            "and import it before reading the run"
-        ) from None
-    _CLASSES[ref] = obj
-    return obj
+    return class_ref(factory, path)
 
 
 # --- encoding -------------------------------------------------------------------------------
@@ -186,7 +157,7 @@ def _enc(value: Any, path: str, depth: int) -> Any:
     if t is tuple:
         return {_TAG: "tuple", "v": [_enc(v, f"{path}[{i}]", depth + 1) for i, v in enumerate(value)]}
     if isinstance(value, enum.Enum):
-        return {_TAG: "enum", "cls": _ref(t), "v": value.name}
+        return {_TAG: "enum", "cls": class_ref(t, path), "v": value.name}
     np = sys.modules.get("numpy")
     if np is not None and isinstance(value, (np.ndarray, np.generic)):
         return _enc_numpy(np, value, path, depth)
@@ -214,12 +185,12 @@ def _enc(value: Any, path: str, depth: int) -> Any:
     if t is uuid.UUID:
         return {_TAG: "uuid", "v": str(value)}
     if isinstance(value, pathlib.PurePath):
-        return {_TAG: "path", "cls": _ref(t), "v": str(value)}
+        return {_TAG: "path", "cls": class_ref(t, path), "v": str(value)}
     if isinstance(value, tuple) and hasattr(value, "_fields"):
-        return {_TAG: "namedtuple", "cls": _ref(t),
+        return {_TAG: "namedtuple", "cls": class_ref(t, path),
                 "v": [_enc(v, f"{path}.{f}", depth + 1) for f, v in zip(value._fields, value)]}
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {_TAG: "dataclass", "cls": _ref(t), "v": {
+        return {_TAG: "dataclass", "cls": class_ref(t, path), "v": {
             f.name: _enc(getattr(value, f.name), f"{path}.{f.name}", depth + 1)
             for f in dataclasses.fields(value)
         }}
@@ -263,7 +234,7 @@ def _enc_numpy(np: Any, value: Any, path: str, depth: int) -> dict:
 
 def _enc_pydantic(value: Any, path: str, depth: int) -> dict:
     fields = {name: getattr(value, name) for name in type(value).model_fields}
-    out = {_TAG: "pydantic", "cls": _ref(type(value)),
+    out = {_TAG: "pydantic", "cls": class_ref(type(value), path),
            "v": _enc(fields, path, depth + 1),
            "set": sorted(value.model_fields_set)}
     extra = getattr(value, "__pydantic_extra__", None)
