@@ -1,5 +1,6 @@
 """What the step view says about the model calls a step made (`Step.calls`, recorded by the
-core) and how a step's fields split into text (shown with its real line breaks) and other values.
+core: whether each was served from a recording, its tool calls and stop reason) and how a
+step's fields split into text (shown with its real line breaks) and other values.
 Pure (no streamlit); rewind_ui/textview.py draws it, always as text, never as HTML.
 """
 
@@ -7,7 +8,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from rewind.model.calls import recorded_reply
+
 from . import fmt
+
+SERVED = "served from the recording (not sent)"
 
 
 def call_title(i: int, call: dict) -> str:
@@ -16,7 +21,29 @@ def call_title(i: int, call: dict) -> str:
     parts = [f"Call {i + 1}", str(call.get("api") or "model call"), str(call.get("model") or "?")]
     if call.get("error"):
         parts.append("failed")
+    if call.get("served"):  # answered by the model-call cache or a snapshot: no request went out
+        parts.append("served")
     return " · ".join(parts)
+
+
+def call_reply(call: dict) -> dict:
+    """What the recorded reply says beyond its text: {"tool_calls": ["name(arguments)", ...],
+    "stop": the finish reason or status, "served": a line when it was served, else ""}."""
+    reply = recorded_reply(call) or {}
+    tools, stop = [], None
+    if call.get("api") == "responses":
+        for item in reply.get("output") or []:
+            if isinstance(item, dict) and item.get("type") == "function_call":
+                tools.append(f"{item.get('name')}({item.get('arguments') or ''})")
+        stop = ((reply.get("incomplete_details") or {}).get("reason") or reply.get("status")) if reply else None
+    else:
+        choices = [c for c in reply.get("choices") or [] if isinstance(c, dict)]
+        for c in choices[:1]:
+            stop = c.get("finish_reason")
+            for tc in (c.get("message") or {}).get("tool_calls") or []:
+                f = (tc.get("function") or {}) if isinstance(tc, dict) else {}
+                tools.append(f"{f.get('name')}({f.get('arguments') or ''})")
+    return {"tool_calls": tools, "stop": stop, "served": SERVED if call.get("served") else ""}
 
 
 def call_metrics(call: dict) -> list:

@@ -1,7 +1,7 @@
 """Drawing untrusted text as text: a step's fields (strings with their real line breaks, the
-rest as JSON) and the model calls it made (chat messages, response, model, params, tokens,
-latency). Everything goes through st.text / st.code / st.json, or markdown with md_escape:
-model output is never live HTML.
+rest as JSON) and the model calls it made (chat messages, response, tool calls, model, params,
+tokens, latency, whether it was served). Everything goes through st.text / st.code / st.json,
+or markdown with md_escape: model output is never live HTML.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import streamlit as st
 from rewind.redaction import redact
 
 from . import fmt
-from .calls_view import call_metrics, call_params, call_title, message_text, split_fields
+from .calls_view import call_metrics, call_params, call_reply, call_title, message_text, split_fields
 
 
 # the chat bubbles: the role's own avatar where Streamlit has one, a neutral icon otherwise
@@ -58,6 +58,9 @@ def show_calls(calls: list) -> None:
         with st.expander(fmt.md_escape(call_title(i, call)), expanded=i == 0):
             for col, (label, value) in zip(st.columns(4), call_metrics(call)):
                 col.metric(label, value)
+            reply = call_reply(call)
+            if reply["served"]:
+                st.caption(fmt.md_escape(reply["served"]))
             st.caption(f"model {fmt.md_escape(call.get('model') or '?')} · params "
                        f"{fmt.md_escape(call_params(call), 300)}")
             for message in call.get("messages") or []:
@@ -67,8 +70,11 @@ def show_calls(calls: list) -> None:
                     st.caption(fmt.md_escape(role))
                     st.text(text or "(empty)")
             with st.chat_message("assistant"):
-                st.caption("response")
-                st.text(call.get("response_text") or "(no text)")
+                st.caption("response" + (f" · stop: {fmt.md_escape(str(reply['stop']))}"
+                                         if reply["stop"] else ""))
+                st.text(call.get("response_text") or ("" if reply["tool_calls"] else "(no text)"))
+                for line in reply["tool_calls"]:  # a tool call is often the whole reply
+                    st.text("tool call: " + fmt.preview_text(line, 2000))
             if call.get("error"):  # a row written before errors were redacted may echo a key
                 st.caption("error")
                 st.code(redact(str(call["error"])), language=None)

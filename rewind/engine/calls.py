@@ -7,6 +7,10 @@ request path the snapshot replay uses, so the user's own clients are served too.
 costs the step no tokens (they are counted as saved). The node's policy holds: a side-effect
 node's calls are never replayed, a time-bound node's only while younger than its ttl, and
 `use_cache=False`, an audit or a noise sample always goes to the model.
+
+An entry keeps the call's raw reply (`raw`), so a served call is the recorded reply wire for
+wire: tool calls, stop reasons, ids, usage. An entry written before raw replies were kept
+serves its text and usage.
 """
 
 from __future__ import annotations
@@ -56,12 +60,15 @@ class ModelCallCache:
         """Keep the answered calls of a step that just executed."""
         for c in calls:
             d = c.to_dict() if hasattr(c, "to_dict") else dict(c)
-            if d.get("error") or d.get("response_text") is None:
+            # a served call is in the cache already: put again, it would refresh a time-bound
+            # entry's age, and keep the reshaped reply of a stream served to a plain request
+            if d.get("error") or d.get("response_text") is None or d.get("served"):
                 continue
             key = self._key(d.get("api") or "chat.completions", d.get("model") or "",
                             d.get("messages"), d.get("params") or {})
             self.store.tool_cache_put(TOOL, key, {k: d.get(k) for k in (
-                "api", "model", "response_text", "prompt_tokens", "completion_tokens")}, time.time())
+                "api", "model", "response_text", "prompt_tokens", "completion_tokens", "raw")
+                if k != "raw" or d.get(k)}, time.time())
 
     @property
     def served_tokens(self) -> tuple:

@@ -5,11 +5,14 @@ Owns `install()`: a wrapper, put once on the request path of openai's base clien
 active (`rewind.model.metering`). Inside a step, each `chat.completions.create` and `responses.create`
 call (streaming or not, sync or async) is recorded on the meter as a `ModelCall` and its tokens
 are the usage the server reported; a server that reports none is counted with o200k, marked
-`usage_reported=False`. The user changes no code: `install` runs when a meter opens, and
+`usage_reported=False`. The call keeps its raw reply (status, the headers that matter, the body
+or a stream's event frames, as `rewind.model.calls`'s tap sees the response come back), so the
+model-call cache and a snapshot replay can serve it again exactly, and whether it was `served`
+from a recording. The user changes no code: `install` runs when a meter opens, and
 `rewind.llm.chat` (which goes through the same client class) is metered by this same path.
 
-Limits: a stream is recorded when the caller finishes (or closes) iterating it; raw-response
-streams (`with_streaming_response`) are not read, so not metered; openai imported for the first
+Limits: a stream is recorded when the caller finishes (or closes) iterating it (a stream
+closed before its end keeps no raw reply: served again it would end early); raw-response streams (`with_streaming_response`) are not read, so not metered; openai imported for the first
 time inside a node is hooked from the next step on.
 """
 
@@ -22,6 +25,7 @@ import threading
 import time
 from typing import Any, Optional
 
+from . import calls as transport
 from .metering import ModelCall, current_meter, on_meter_open, record_call
 from ..redaction import redact
 
@@ -45,6 +49,7 @@ def install() -> bool:
         base.SyncAPIClient.request = _wrap_sync(base.SyncAPIClient.request)
         base.AsyncAPIClient.request = _wrap_async(base.AsyncAPIClient.request)
         _installed = True
+    transport.install()  # the transport hook that shows this one each raw response
     return True
 
 
@@ -87,6 +92,47 @@ class _Call:
         self.parts: list = []
         self.text: Optional[str] = None
         self.usage = None
+        self.served = False
+        self._response: Any = None  # the last HTTP response of the call (a retry replaces it)
+        self._body: list = []
+        self._complete = False
+
+    def tap(self, response: Any, served: Optional[dict]) -> None:
+        """See the HTTP response come back (`rewind.model.calls.tapping`): keep its body, or
+        tee its bytes as the SDK reads a stream (decoded bytes: the body is kept decoded)."""
+        self.served, self._response, self._body, self._complete = served is not None, response, [], False
+        try:
+            self._body, self._complete = [response.content], True  # read already: not a stream
+            return
+        except Exception:  # noqa: BLE001 - httpx's ResponseNotRead: a stream, read later
+            pass
+        sync_iter, async_iter, call = response.iter_bytes, response.aiter_bytes, self
+
+        def iter_bytes(*args, **kwargs):
+            for chunk in sync_iter(*args, **kwargs):
+                call._body.append(chunk)
+                yield chunk
+            call._complete = True
+
+        async def aiter_bytes(*args, **kwargs):
+            async for chunk in async_iter(*args, **kwargs):
+                call._body.append(chunk)
+                yield chunk
+            call._complete = True
+
+        response.iter_bytes, response.aiter_bytes = iter_bytes, aiter_bytes
+
+    def _raw(self) -> Optional[dict]:
+        if self._response is None:
+            return None
+        body = b"".join(self._body)
+        # the SDK stops reading a chat stream at its [DONE] frame: that is its end too
+        if not (self._complete or b"data: [DONE]" in body):
+            return None
+        try:
+            return transport.raw_reply(self._response.status_code, self._response.headers, body)
+        except Exception:  # noqa: BLE001 - metering must never break the user's call
+            return None
 
     def _messages(self) -> list:
         from . import sim
@@ -156,6 +202,7 @@ class _Call:
             completion_tokens=int(completion or 0),
             latency_ms=(time.perf_counter() - self.started) * 1000, usage_reported=reported,
             error=None if error is None else redact(f"{type(error).__name__}: {error}"),
+            served=self.served, raw=None if error is not None else self._raw(),
         ), self.meter)
 
 
@@ -233,7 +280,8 @@ def _wrap_sync(original):
             return original(self, cast_to, options, *args, **kwargs)
         call = _Call(api, options, meter)
         try:
-            result = original(self, cast_to, options, *args, **kwargs)
+            with transport.tapping(call.tap):
+                result = original(self, cast_to, options, *args, **kwargs)
         except BaseException as e:
             call.finish(e)
             raise
@@ -255,7 +303,8 @@ def _wrap_async(original):
             return await original(self, cast_to, options, *args, **kwargs)
         call = _Call(api, options, meter)
         try:
-            result = await original(self, cast_to, options, *args, **kwargs)
+            with transport.tapping(call.tap):
+                result = await original(self, cast_to, options, *args, **kwargs)
         except BaseException as e:
             call.finish(e)
             raise

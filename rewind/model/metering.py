@@ -42,6 +42,11 @@ class ModelCall:
     latency_ms: float
     usage_reported: bool = True  # False: the server sent no usage, the tokens are an o200k count
     error: Optional[str] = None  # the failure, when the call raised (tokens are then 0)
+    # True: answered from a recording (the model-call cache, a snapshot's cassette), not sent
+    served: bool = False
+    # the reply as it came off the wire, {status, headers, body | body_b64}, to serve it again
+    # exactly (`rewind.model.calls.raw_reply`); None for a failed or unfinished call
+    raw: Optional[dict] = None
 
     @property
     def tokens(self) -> int:

@@ -10,7 +10,9 @@ a call source), so `rewind.llm.chat` and a user's own `openai.OpenAI(...)` clien
 are both served, and `rewind.model.capture` still records the call on the step. Tool calls (`rewind.tool`) are served through the step
 meter's `tool_store`, which this class implements (`tool_cache_get` / `tool_cache_put`).
 
-A request's identity is `rewind.model.calls.call_key`.
+A request's identity is `rewind.model.calls.call_key`. A call keeps its raw reply (`raw`) where
+it was recorded with one, and is then served wire for wire (tool calls, stop reasons, ids,
+usage); an older snapshot's calls serve their text and usage.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from .format import decode_value, encode_value
 NONE, NEW, ALL = "none", "new", "all"
 RECORD_MODES = (NONE, NEW, ALL)
 CALL_FIELDS = ("api", "model", "messages", "params", "response_text", "prompt_tokens",
-               "completion_tokens")
+               "completion_tokens", "raw")
 
 
 class MissingCall(OperationError):
@@ -42,8 +44,9 @@ class MissingCall(OperationError):
 def snapshot_call(call: Any) -> dict:
     """A recorded model call (a `ModelCall` or its dict) as the snapshot keeps it."""
     d = call.to_dict() if hasattr(call, "to_dict") else dict(call)
-    # one spelling per number: a call read back from the store has 0 where a live one has 0.0
-    return to_canonical({k: d.get(k) for k in CALL_FIELDS}, "call")
+    # one spelling per number: a call read back from the store has 0 where a live one has 0.0;
+    # the raw reply (served again exactly) only where it was kept: older snapshots have none
+    return to_canonical({k: d.get(k) for k in CALL_FIELDS if k != "raw" or d.get(k)}, "call")
 
 
 def request_text(call: dict) -> str:
