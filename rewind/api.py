@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import os
+from collections.abc import Mapping
 from typing import Any, Callable, Optional
 
 from .engine import (
@@ -33,7 +34,7 @@ def _database_errors(method: Callable) -> Callable:
     connection is dropped so the next call reconnects."""
     @functools.wraps(method)
     def guarded(self, *args, **kwargs):
-        if self.store.__dict__.get("_unfinished"):  # an outage left a run of ours `running`
+        if self.store.unfinished():  # a failed commit left a run of this process `running`
             self.store.finish_unfinished()
         try:
             return method(self, *args, **kwargs)
@@ -71,14 +72,20 @@ class Rewind:
                                  field="owner")
         self.owner = owner.strip() if owner is not None else None
         self.admin = bool(admin)
-        self.store: SQLStore = open_store(url)
+        # the live sinks first: a refused option (an OTLP endpoint that is no http URL) leaves
+        # no store open behind it
+        self._sinks = LiveSinks.from_options(burr_tracking, burr_project, otel)
+        try:
+            self.store: SQLStore = open_store(url)
+        except BaseException:
+            self._sinks.close()
+            raise
         self.url = self.store.url
         self._pipelines: dict = {}
         self._loaded_specs: set = set()
         # REWIND_PIPELINES entries that could not be loaded: {entry: the error}, for a banner
         self.pipeline_errors: dict = {}
         self._heartbeat = Heartbeat(self.store)
-        self._sinks = LiveSinks.from_options(burr_tracking, burr_project, otel)
         for p in pipelines or []:
             self.register(p)
 
@@ -268,6 +275,9 @@ class Rewind:
         (part of each step's key); a run that stops at a halt condition is `halted`. Cache hits
         are served unless `use_cache=False`. A failing node does not raise: the run comes back
         `failed`."""
+        if state is not None and not isinstance(state, Mapping):
+            raise InvalidRequest(f"state must be a dict of the pipeline's initial fields, not "
+                                 f"a {type(state).__name__}", field="state")
         self.store.require_writable("run a pipeline")
         run = start_run(self.store, self._heartbeat, self.pipeline(pipeline), dict(state or {}),
                         inputs=inputs, halt_before=halt_before, halt_after=halt_after,

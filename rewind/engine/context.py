@@ -334,7 +334,7 @@ class ExecutionContext:
                 refused = isinstance(e, RewindError) and not isinstance(e, StoreError)
                 if refused or isinstance(e, (CommitError, ReadOnlyError)):
                     raise
-                logger.warning("commit of run %s failed (attempt %d): %s", self.run_id, attempt, e)
+                logger.info("commit of run %s failed (attempt %d): %s", self.run_id, attempt, e)
                 self.store.reset_connection()
                 if attempt == 2:
                     raise CommitError(

@@ -12,7 +12,7 @@ import json
 import time
 from typing import Any, Callable, Optional
 
-from ..errors import InvalidRequest, NotFound
+from ..errors import CommitError, InvalidRequest, NotFound
 from ..models import Run, RunStatus, StepStatus
 from ..store import PARTITION_KEY
 from . import burr_compat
@@ -82,14 +82,29 @@ def resume_run(store: Any, heartbeat: Heartbeat, pipeline: Any, row: dict, *,
     used = [int(saved["sequence_id"]), store.max_sequence_id(run_id) or -1]
     burr_compat.set_sequence_id(app, max(used))
 
+    # a run of this process whose failed commit left it `running` in the database (its mark
+    # failed too): this process knows it is interrupted, and claims it from `running`
+    kept = store.forget_unfinished(run_id)
+    statuses = [str(x) for x in RESUMABLE] + ([str(RunStatus.RUNNING)] if kept else [])
+
     def reopen(s: Any) -> None:
         # the lease: of two concurrent resumes exactly one moves the run to `running`
         turn = {"turns_json": encode_turns(ctx.turns)} if ctx.turns is not None else {}
-        if not s.claim_run(run_id, [str(x) for x in RESUMABLE], status=str(RunStatus.RUNNING),
+        if not s.claim_run(run_id, statuses, status=str(RunStatus.RUNNING),
                            error=None, finished_at=None, **turn, **owner_fields()):
             raise InvalidRequest(f"run {run_id} is already being resumed or was resumed by "
                                  "another process; refresh and look at it again", run_id=run_id)
         s.delete_failed_steps(run_id)
 
-    ctx.commit(reopen)
+    try:
+        ctx.commit(reopen)
+    except BaseException as e:
+        if kept:  # still interrupted, as far as this process knows
+            store.note_unfinished(run_id, *kept)
+        if isinstance(e, CommitError):
+            cause, remedy = store.describe_failure(e)
+            raise CommitError(f"could not resume run {run_id} in {store.url}: {cause}; nothing "
+                              f"changed (it is still {row['status']}): {remedy}, then resume it "
+                              "again", run_id=run_id) from e
+        raise
     return execute(ctx, app, heartbeat, time.perf_counter(), halts)

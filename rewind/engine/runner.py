@@ -10,15 +10,17 @@ ends in a final status (completed, halted, failed, or interrupted on KeyboardInt
 from __future__ import annotations
 
 import json
-import time
+import logging
 import os
+import time
 from typing import Any, Callable, Optional
 
 from burr.core import ApplicationBuilder, State
 
-from ..errors import CommitError, InvalidRequest, RewindError
+from ..errors import CommitError, InvalidRequest, RewindError, StoreError
 from ..models import Run, RunStatus, StepStatus
 from ..redaction import redact
+from .. import store as _store
 from ..store import PARTITION_KEY, RUN_COLUMNS
 from .context import CURRENT, ExecutionContext
 from ..keys import param_hash
@@ -77,11 +79,13 @@ def execute(ctx: ExecutionContext, app: Any, heartbeat: Heartbeat, started: floa
     token = CURRENT.set(ctx)
     try:
         status = drive(ctx, stepper, halts or Halts())
-    except CommitError as e:  # the database, not the node: the run is resumable as it stands
-        status, error = RunStatus.INTERRUPTED, str(e)
     except Exception as e:
-        status = RunStatus.FAILED
-        error = ctx.last_error or redact(f"{type(e).__name__}: {e}")
+        if store_failed(store, e):  # the database, not the node: resumable as it stands
+            # (a fork not written yet is written with this row, or finalize says it was not)
+            status, error = RunStatus.INTERRUPTED, failure_message(ctx, e, written=True)
+        else:
+            status = RunStatus.FAILED
+            error = ctx.last_error or redact(f"{type(e).__name__}: {e}")
     except BaseException:
         status = RunStatus.INTERRUPTED
         error = "interrupted (KeyboardInterrupt or exit)"
@@ -103,22 +107,85 @@ def execute(ctx: ExecutionContext, app: Any, heartbeat: Heartbeat, started: floa
 
 def finalize(ctx: ExecutionContext, fields: dict) -> None:
     """Commit the run's last steps and its final row. If that fails, a fork not yet written
-    leaves nothing; a written run is marked `interrupted` (resumable) if the database lets us."""
+    leaves nothing; a written run is marked `interrupted` (resumable) if the database lets us,
+    else this process treats it as interrupted until it can mark it (`note_unfinished`)."""
     if ctx.pending_run is not None:  # a fork not yet written: its row, final at once
         ctx.pending_run.update(fields)
-        ctx.commit()
+        try:
+            ctx.commit()
+        except CommitError as e:
+            raise CommitError(failure_message(ctx, e, written=False)) from e
         return
     try:
         ctx.commit(lambda s: s.update_run(ctx.run_id, **fields))
-    except CommitError:
-        error = fields.get("error") or "its last steps could not be written"
+    except CommitError as e:
+        message = failure_message(ctx, e, written=True)
+        error = fields.get("error") or message
         try:
             with ctx.store.transaction():
                 ctx.store.mark_interrupted(ctx.run_id, error, fields["finished_at"])
         except Exception:  # this process marks it when the database is back
             ctx.store.reset_connection()
             ctx.store.note_unfinished(ctx.run_id, error, fields["finished_at"])
-        raise
+        raise CommitError(message, run_id=ctx.run_id) from e
+
+
+def store_failed(store: Any, error: Optional[BaseException]) -> bool:
+    """Did a write to Rewind's database fail (a commit, a node's tool-cache write), rather
+    than a node's own code? A driver error counts only when Rewind's store raised it: a node
+    may use sqlite3 or psycopg2 itself, and its failures are the node's."""
+    for _ in range(16):
+        if error is None:
+            return False
+        if isinstance(error, CommitError):
+            return True
+        if isinstance(error, tuple(store.backend_errors)) and _raised_in_store(error):
+            return True
+        error = error.__cause__ or error.__context__
+    return False
+
+
+_STORE_DIR = os.path.dirname(os.path.abspath(_store.__file__)) + os.sep
+
+
+def _raised_in_store(error: BaseException) -> bool:
+    tb = error.__traceback__
+    while tb is not None:
+        if tb.tb_frame.f_code.co_filename.startswith(_STORE_DIR):
+            return True
+        tb = tb.tb_next
+    return False
+
+
+def failure_message(ctx: Any, error: BaseException, written: bool) -> str:
+    """One line for a write that failed: its cause in words (a full disk, a lock, a lost
+    connection) and advice that matches what was stored: a run that was written is
+    interrupted and resumes; one that was not does not exist, so it is started again."""
+    store = ctx.store
+    cause, remedy = store.describe_failure(error)
+    if not written:
+        what = (f"the fork of run {ctx.parent_id}" if ctx.parent_id
+                else f"a run of pipeline {ctx.pipeline.name!r}")
+        return (f"could not start {what} in {store.url}: {cause}; nothing was written (the run "
+                f"does not exist): {remedy}, then start it again")
+    return (f"could not write run {ctx.run_id} to {store.url}: {cause}. It is interrupted with "
+            f"the steps committed before; {remedy}, then `rewind resume {ctx.run_id}`")
+
+
+class _StoreFailures(logging.Filter):
+    """Burr logs a banner and a traceback for an exception raised inside a step; one the
+    database raised (a node's tool-cache write on a full disk) is Rewind's to report, once."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        error = record.exc_info[1] if record.exc_info else None
+        if error is None:
+            return True
+        module = type(error).__module__ or ""
+        driver = module.startswith(("sqlite3", "psycopg2")) and _raised_in_store(error)
+        return not (isinstance(error, StoreError) or driver)
+
+
+logging.getLogger("burr.core.application").addFilter(_StoreFailures())
 
 
 def finish_fields(ctx: ExecutionContext, status: str, error: Optional[str], started: float) -> dict:
@@ -205,6 +272,9 @@ def start_run(store: Any, heartbeat: Heartbeat, pipeline: Any, state: dict, *,
         "turns_json": encode_turns([Turn(0, halts)]), **owner_fields(),
     }
     save_start_state(ctx, run_id, -1, pipeline.entrypoint, state)
-    ctx.commit(lambda s: s.insert_run(row))
+    try:
+        ctx.commit(lambda s: s.insert_run(row))
+    except CommitError as e:  # its first commit: nothing of the run exists
+        raise CommitError(failure_message(ctx, e, written=False)) from e
     ctx.run_row = row
     return execute(ctx, builder, heartbeat, started, halts)

@@ -24,10 +24,12 @@ import hashlib
 import json
 import os
 import threading
+import urllib.parse
 from typing import Any, Optional
 
-from ..errors import OperationError
+from ..errors import InvalidRequest, OperationError
 from ..models import Run, Step, StepStatus
+from ..redaction import redact_url
 
 CAPTURE_ENV = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
 TRACES_PATH = "/v1/traces"
@@ -75,6 +77,31 @@ def traces_endpoint(endpoint: Optional[str]) -> Optional[str]:
     return endpoint if endpoint.endswith(TRACES_PATH) else endpoint + TRACES_PATH
 
 
+ENDPOINT_SOURCES = ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT")
+
+
+def check_endpoint(endpoint: Optional[str]) -> None:
+    """Refuse an OTLP/HTTP endpoint that is no http(s) URL with a host (`file://`, `javascript:`,
+    a bare `host:port`), in one line naming it and where it came from; else a send would fail
+    later as "is it running?". `endpoint=None` checks the environment's."""
+    if endpoint:
+        given = [("the OTLP endpoint", endpoint)]
+    else:
+        given = [(name, os.environ[name]) for name in ENDPOINT_SOURCES if os.environ.get(name)][:1]
+    for source, value in given:
+        try:
+            parts = urllib.parse.urlsplit(value)
+            ok = parts.scheme.lower() in ("http", "https") and bool(parts.hostname)
+            parts.port  # noqa: B018  (a port that is not a number raises)
+        except ValueError:
+            ok = False
+        if not ok:
+            raise InvalidRequest(
+                f"{source} {redact_url(value)!r} is not an http:// or https:// URL with a host; "
+                "give the OTLP/HTTP receiver's base URL, e.g. http://localhost:4318",
+                field="endpoint")
+
+
 class _PlannedIds:
     """An OTel id generator that hands out the ids planned for the next span of this thread."""
 
@@ -114,6 +141,7 @@ class OtelExporter:
         self.endpoint = traces_endpoint(endpoint) or os.environ.get(
             "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") or traces_endpoint(
             os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT")) or "http://localhost:4318/v1/traces"
+        check_endpoint(endpoint)
         inner = span_exporter or OTLPSpanExporter(endpoint=self.endpoint, headers=headers)
         self._out = _Tally(inner)
         processor = BatchSpanProcessor(self._out) if batch else SimpleSpanProcessor(self._out)

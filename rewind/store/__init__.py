@@ -27,9 +27,10 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 from typing import Optional
 
-from ..errors import InvalidRequest, StoreError
+from ..errors import InvalidRequest
 from .base import (
     BlobStore, CacheStore, GraphStore, LiveContext, MaintenanceStore, RunStore, StateStore,
     StepStore, Store,
@@ -57,7 +58,7 @@ __all__ = [
     "STATE_COLUMNS", "TABLES", "HOST", "this_process", "HEARTBEAT_LEASE_S", "DOC_MEMORY",
     "BLOB_MEMORY_BYTES", "process_started", "process_alive", "owner_is_gone", "default_reason",
     "is_pointer", "pointer_row", "inherit_row", "row_state_app", "refs_json", "make_doc",
-    "blob_ok", "invalid_unicode",
+    "blob_ok", "invalid_unicode", "sqlite_url",
 ]
 
 
@@ -70,7 +71,8 @@ def open_store(url: Optional[str] = None, read_only: Optional[bool] = None) -> S
 
     With no url: `REWIND_DB` from the environment, else `./rewind.db`. `read_only=None` opens a
     SQLite file read-only when this process may not write it (`store.read_only` says so);
-    `sqlite:///path?mode=ro` or `read_only=True` asks for it.
+    `sqlite:///path?mode=ro` or `read_only=True` asks for it (`sqlite_url` reads the URL). A
+    bad URL, or a path that is no regular file (a device, a FIFO), is an `InvalidRequest`.
     """
     source = "url"
     if url is None:
@@ -86,18 +88,93 @@ def open_store(url: Optional[str] = None, read_only: Optional[bool] = None) -> S
     scheme = _URL_SCHEME.match(url)
     if scheme and scheme.group(1) not in ("postgresql", "postgres", "sqlite"):
         # else it would become a relative file path ("folder mysql:/x does not exist")
-        prefix = "REWIND_DB: " if source == "REWIND_DB" else ""
-        raise InvalidRequest(f"{prefix}unsupported database URL scheme {scheme.group(1)!r} (use a "
-                             "SQLite file path or postgresql://...)", field=source)
+        raise InvalidRequest(f"{_prefix(source)}unsupported database URL scheme "
+                             f"{scheme.group(1)!r} (use a SQLite file path or postgresql://...)",
+                             field=source)
     if url.startswith(("postgresql://", "postgres://")):
         from .postgres import PostgresStore
 
         return PostgresStore(url, read_only=read_only)
     from .sqlite import SQLiteStore
 
-    path = url[len("sqlite:///"):] if url.startswith("sqlite:///") else url
-    if path.startswith("sqlite://"):
-        raise StoreError(f"{url!r} is not a SQLite URL; write sqlite:///path/to/file.db")
-    if url.startswith("sqlite:///") and path.endswith("?mode=ro"):
-        path, read_only = path[: -len("?mode=ro")], True
-    return SQLiteStore(path, read_only=read_only)
+    path, create = url, True
+    if scheme and scheme.group(1) == "sqlite":
+        path, mode = sqlite_url(url, source)
+        if mode is not None:
+            wanted = mode == "ro"
+            if read_only is not None and bool(read_only) != wanted:
+                raise InvalidRequest(f"{_prefix(source)}the URL asks for mode={mode} but the "
+                                     f"store was opened with read_only={read_only}", field=source)
+            read_only, create = wanted, mode == "rwc"
+    try:
+        if path != ":memory:":
+            _check_regular(path)
+        return SQLiteStore(path, read_only=read_only, create=create)
+    except InvalidRequest as e:  # the path: named as where it came from (the CLI's --db)
+        if e.field is not None:
+            raise
+        raise InvalidRequest(f"{_prefix(source)}{e}", field=source) from None
+
+
+_KINDS = ((stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+          (stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"))
+
+
+def _check_regular(path: str) -> None:
+    """Refuse a path that exists and is no regular file (followed through symlinks): SQLite
+    would answer /dev/null with "disk I/O error" and block on a FIFO."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return  # absent (created later) or unreadable: opening it says why
+    if not stat.S_ISREG(mode) and not stat.S_ISDIR(mode):  # a folder: SQLiteStore says so
+        kind = next((k for test, k in _KINDS if test(mode)), "not a file")
+        raise InvalidRequest(f"cannot open {path}: it is not a regular file ({kind}); name a "
+                             "SQLite database file")
+
+
+def _prefix(source: str) -> str:
+    return "REWIND_DB: " if source == "REWIND_DB" else ""
+
+
+_SQLITE_MODES = {"ro": "read-only", "rw": "read-write, the file must exist",
+                 "rwc": "read-write, created if absent (the default)"}
+
+
+def sqlite_url(url: str, source: str = "url") -> tuple:
+    """(path, mode or None) of a `sqlite://` URL, read as SQLAlchemy reads it: `sqlite:///rel.db`
+    is relative, `sqlite:////abs.db` absolute, `sqlite://` (or `sqlite:///:memory:`) in memory;
+    the path is taken as written (no percent-decoding). The one option is `mode=ro|rw|rwc`
+    (SQLite's URI modes); any other is refused by name, as is a host, user or password."""
+    prefix = _prefix(source)
+    rest = url[len("sqlite://"):]
+    authority = re.match(r"[^/?]*", rest).group(0)
+    if authority:
+        # what is before the path would silently become part of a file name; never repeat a
+        # user part (it may hold a password)
+        what = "a user or password" if "@" in authority else f"a host ({authority!r})"
+        raise InvalidRequest(
+            f"{prefix}a SQLite URL names no host, user or password, but this one has {what}; "
+            "write sqlite:///relative/path.db or sqlite:////absolute/path.db", field=source)
+    rest = rest[len(authority):]
+    path, _, query = rest.partition("?")
+    path = path[1:] if path.startswith("/") else path
+    mode = None
+    if "?" in rest:
+        seen: set = set()
+        for part in query.split("&"):
+            name, eq, value = part.partition("=")
+            if name != "mode":
+                raise InvalidRequest(
+                    f"{prefix}unknown option {name!r} in the SQLite URL {url!r}; the only option "
+                    "is mode=ro|rw|rwc", field=source)
+            if name in seen:
+                raise InvalidRequest(f"{prefix}option 'mode' is given twice in {url!r}",
+                                     field=source)
+            seen.add(name)
+            if not eq or value not in _SQLITE_MODES:
+                modes = "; ".join(f"{k}: {v}" for k, v in _SQLITE_MODES.items())
+                raise InvalidRequest(f"{prefix}option mode={value!r} in {url!r} is not one of "
+                                     f"ro, rw, rwc ({modes})", field=source)
+            mode = value
+    return (path or ":memory:"), mode

@@ -28,7 +28,7 @@ from .burr_state import BlobRefPersisterMixin
 from .pg_admin import CONNECT_TIMEOUT_S
 from .rows import PARTITION_KEY
 from .schema import BURR_TABLE, SEARCH_COLUMNS
-from .sql import chunks, invalid_unicode
+from .sql import POSTGRES_FAILURES, chunks, invalid_unicode
 from .sqlstore import SQLStore
 
 try:
@@ -142,6 +142,7 @@ class PostgresStore(SQLStore):
     types = {"float": "DOUBLE PRECISION", "bigint": "BIGINT", "blob": "BYTEA"}
     write_errors = (psycopg2.OperationalError,)
     backend_errors = (psycopg2.Error,)  # what the driver raises: turned into StoreError at the API
+    failure_rules = POSTGRES_FAILURES
 
     def __init__(self, url: str, read_only: Optional[bool] = None):
         self.dsn = url

@@ -2,10 +2,15 @@
 
 A run whose owner process is gone (see `liveness`) is marked `interrupted` with its totals
 summed from its committed steps, whenever a writable store opens; its steps stay readable.
+A run of this process whose last commit and the mark after it both failed (a full disk, a lock,
+a lost server) is kept in `_UNFINISHED`: every handle of this process on that database reads it
+as `interrupted` at once and marks it so as soon as a write goes through.
 """
 
 from __future__ import annotations
 
+import os
+import threading
 import time
 from typing import Any, Iterable, Optional, Sequence
 
@@ -18,6 +23,22 @@ _SELECT = f"SELECT {', '.join(RUN_COLUMNS)} FROM runs"
 
 
 _DEFAULTED = frozenset(c.name for c in RUNS.columns if c.default is not None)
+
+# {database url: {run id: (error, finished_at)}}: runs of this process left `running` in the
+# database by a failed commit whose mark failed too. Process-wide, not per handle: another
+# handle of this process cannot tell them from live runs (their owner, this process, is alive)
+# and no other process will mark them.
+_UNFINISHED: dict = {}
+_UNFINISHED_LOCK = threading.Lock()
+
+
+def _forked_child() -> None:
+    global _UNFINISHED_LOCK
+    _UNFINISHED_LOCK = threading.Lock()  # a lock held by another thread at fork() stays held
+    _UNFINISHED.clear()  # the parent's runs: it marks them itself
+
+
+os.register_at_fork(after_in_child=_forked_child)
 
 
 class SQLRuns(SQLBase, RunStore):
@@ -46,12 +67,16 @@ class SQLRuns(SQLBase, RunStore):
         return cur.rowcount == 1
 
     def get_run_row(self, run_id: str) -> Optional[dict]:
+        return self._as_known(self._read_run_row(run_id))
+
+    def _read_run_row(self, run_id: str) -> Optional[dict]:
         rows = self.query(f"{_SELECT} WHERE id = ?", (run_id,))
         return RUNS.row(rows[0]) if rows else None
 
     def get_run_rows(self, run_ids: Sequence[str]) -> dict:
         ids = list(dict.fromkeys(i for i in run_ids if i))
-        return {r[0]: RUNS.row(r) for r in self.query_in(f"{_SELECT} WHERE id IN ({{marks}})", ids)}
+        return {r[0]: self._as_known(RUNS.row(r))
+                for r in self.query_in(f"{_SELECT} WHERE id IN ({{marks}})", ids)}
 
     @staticmethod
     def _like(text: str) -> str:
@@ -67,10 +92,17 @@ class SQLRuns(SQLBase, RunStore):
     def _run_filters(self, pipeline=None, status=None, parent_id=None, search=None, forks_only=False,
                      owner=None, after=None):
         where, params = [], []
+        unfinished = list(self.unfinished()) if status else []
         for column, value in (("pipeline", pipeline), ("status", status), ("parent_id", parent_id),
                               ("owner", owner)):
             if value:
-                where.append(f"{column} = ?")
+                if column == "status" and unfinished:  # the status this process knows they have
+                    where.append("(CASE WHEN status = 'running' AND id IN ("
+                                 + ", ".join("?" * len(unfinished))
+                                 + ") THEN 'interrupted' ELSE status END) = ?")
+                    params += unfinished
+                else:
+                    where.append(f"{column} = ?")
                 params.append(value)
         if forks_only:
             where.append("parent_id IS NOT NULL")
@@ -101,7 +133,7 @@ class SQLRuns(SQLBase, RunStore):
         clause, params = self._run_filters(**filters)
         rows = self.query(f"{_SELECT}{clause} ORDER BY created_at DESC, id DESC LIMIT ? OFFSET ?",
                           [*params, int(limit), int(offset)])
-        return [RUNS.row(r) for r in rows]
+        return [self._as_known(RUNS.row(r)) for r in rows]
 
     def run_cursor(self, run_id: str) -> Optional[tuple]:
         """(created_at, id, owner) of a run, the key keyset paging continues after; None if absent."""
@@ -124,7 +156,7 @@ class SQLRuns(SQLBase, RunStore):
                               (run_id, owner))
         else:
             rows = self.query(f"{_SELECT} WHERE parent_id = ? ORDER BY created_at", (run_id,))
-        return [RUNS.row(r) for r in rows]
+        return [self._as_known(RUNS.row(r)) for r in rows]
 
     # liveness ------------------------------------------------------------------------------
     def recover_interrupted(self) -> list:
@@ -144,25 +176,50 @@ class SQLRuns(SQLBase, RunStore):
         return dead
 
     def note_unfinished(self, run_id: str, error: str, finished_at: float) -> None:
-        """A run of this process whose last commit, and the mark after it, failed (the server
-        went away): it is marked `interrupted` by `finish_unfinished` once the database is back,
-        as no other process will (its owner, this process, is alive)."""
-        self.__dict__.setdefault("_unfinished", {})[run_id] = (error, finished_at)
+        """A run of this process whose last commit, and the mark after it, failed (a full disk,
+        a lock, the server gone): from now on every handle of this process on the database
+        reads it as `interrupted` (`_as_known`), and `finish_unfinished` marks it so once a
+        write goes through, as no other process will (its owner, this process, is alive)."""
+        with _UNFINISHED_LOCK:
+            _UNFINISHED.setdefault(self.url, {})[run_id] = (error, finished_at)
+
+    def unfinished(self) -> dict:
+        """{run id: (error, finished_at)} of this database's runs `note_unfinished` kept."""
+        return dict(_UNFINISHED.get(self.url) or {})
+
+    def forget_unfinished(self, run_id: str) -> Optional[tuple]:
+        """Stop treating a kept run as interrupted (it is being resumed); what was kept."""
+        with _UNFINISHED_LOCK:
+            return (_UNFINISHED.get(self.url) or {}).pop(run_id, None)
+
+    def _as_known(self, row: Optional[dict]) -> Optional[dict]:
+        # a run this process knows is interrupted, though the database could not be told yet
+        if row is None or row.get("status") != "running":
+            return row
+        kept = (_UNFINISHED.get(self.url) or {}).get(row["id"])
+        if kept is None:
+            return row
+        return {**row, "status": "interrupted", "error": row.get("error") or kept[0],
+                "finished_at": kept[1]}
 
     def finish_unfinished(self) -> list:
         """Mark the runs `note_unfinished` kept as `interrupted`; the ids marked. Cheap when
         there are none (every call of the API asks)."""
-        pending = self.__dict__.get("_unfinished")
         done: list = []
-        while pending:
-            run_id, (error, finished_at) = next(iter(pending.items()))
+        while _UNFINISHED.get(self.url):
+            with _UNFINISHED_LOCK:
+                pending = _UNFINISHED.get(self.url) or {}
+                if not pending:
+                    break
+                run_id, (error, finished_at) = next(iter(pending.items()))
             try:
                 with self.transaction():
                     self.mark_interrupted(run_id, error, finished_at, only_running=True)
-            except Exception:  # still away: the next call, or the heartbeat, tries again
+            except Exception:  # still failing: the next call, or the heartbeat, tries again
                 self.reset_connection()
                 break
-            pending.pop(run_id, None)
+            with _UNFINISHED_LOCK:
+                (_UNFINISHED.get(self.url) or {}).pop(run_id, None)
             done.append(run_id)
         return done
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import abc
 import contextlib
 import threading
-from typing import Any, Iterable, Iterator, Sequence
+from typing import Any, Iterable, Iterator, Optional, Sequence
 
 from ..errors import InvalidRequest, ReadOnlyError, StoreError
 from .liveness import current_pid
@@ -26,6 +26,42 @@ def invalid_unicode(e: UnicodeEncodeError) -> InvalidRequest:
         f"a value is not valid Unicode text ({e.reason} at position {e.start}); "
         "lone surrogates cannot be stored or searched for"
     )
+
+
+_WAIT = "wait until the other writer is done"
+# (codes, texts, cause, what to do): a code is the start of SQLite's result code name or of a
+# PostgreSQL SQLSTATE, a text a piece of the driver's message (errors raised with no code)
+SQLITE_FAILURES = (
+    (("SQLITE_FULL",), ("database or disk is full",), "the disk holding the database is full",
+     "free some space"),
+    (("SQLITE_BUSY", "SQLITE_LOCKED"), ("database is locked", "database table is locked"),
+     "the database is locked by another writer", _WAIT),
+    (("SQLITE_IOERR",), ("disk I/O error",), "a disk I/O error", "check the disk"),
+    (("SQLITE_READONLY",), ("readonly database",), "the database file is read-only",
+     "make it writable"),
+    (("SQLITE_CORRUPT", "SQLITE_NOTADB"), ("malformed",), "the database file is damaged",
+     "restore it from a backup"),
+)
+POSTGRES_FAILURES = (
+    (("53100",), ("no space left on device", "could not extend file"),
+     "the disk of the database server is full", "free some space on the server"),
+    (("55P03", "40P01"), ("lock timeout", "deadlock detected"),
+     "the database is locked by another transaction", _WAIT),
+    (("57P01", "57P02", "57P03", "08"),
+     ("server closed the connection", "terminating connection", "connection already closed",
+      "connection to server", "could not connect", "ssl connection has been closed",
+      "no connection to the server", "could not receive data", "could not send data"),
+     "the connection to the database server was lost", "check that the server is up"),
+)
+
+
+def _chain(error: BaseException) -> list:
+    """`error` and the errors it was raised from (or while handling), outermost first."""
+    out: list = []
+    while error is not None and error not in out and len(out) < 16:
+        out.append(error)
+        error = error.__cause__ or error.__context__
+    return out
 
 
 def chunks(items: Sequence, n: int = CHUNK) -> Iterable[list]:
@@ -229,6 +265,37 @@ class SQLBase(abc.ABC):
     @abc.abstractmethod
     def _table_names(self) -> list:
         """The tables of the database (its current schema on PostgreSQL), Rewind's or not."""
+
+    # failures in words ---------------------------------------------------------------------
+    def describe_failure(self, error: BaseException) -> tuple:
+        """(cause, what to do) of a write that failed, in words: ("the disk holding the
+        database is full", "free some space"). Read from the driver error in `error`'s chain
+        (a CommitError's, a StoreError's); its own first line when no rule of the backend
+        knows it."""
+        chain = _chain(error)
+        for e in chain:
+            known = self._failure_of(e)
+            if known is not None:
+                return known
+        inner = next((e for e in chain if isinstance(e, self.backend_errors)), error)
+        first = (str(inner).strip().splitlines() or [""])[0]
+        return f"{type(inner).__name__}: {first}", "check that it is reachable and writable"
+
+    failure_rules: tuple = ()  # SQLITE_FAILURES, POSTGRES_FAILURES
+
+    def _failure_of(self, error: BaseException) -> Optional[tuple]:
+        """(cause, what to do) of one driver error `failure_rules` recognize, else None."""
+        if not isinstance(error, self.backend_errors):
+            return None
+        found = [c for c in (getattr(error, "sqlite_errorname", None),
+                             getattr(error, "pgcode", None)) if c]
+        text = str(error).strip()
+        for codes, texts, cause, remedy in self.failure_rules:
+            if any(c.startswith(codes) for c in found) or (
+                    not found and any(t.lower() in text.lower() for t in texts)):
+                first = (text.splitlines() or [""])[0].strip()
+                return (f"{cause} ({first})" if first else cause), remedy
+        return None
 
     def lock_for_gc(self) -> None:
         """Inside a transaction: keep writers from adding references until it commits (a

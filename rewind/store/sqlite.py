@@ -18,12 +18,12 @@ from urllib.parse import quote
 
 from burr.core.persistence import SQLitePersister
 
-from ..errors import StoreError
+from ..errors import InvalidRequest, StoreError
 from .burr_state import BlobRefPersisterMixin
 from .cache import ADD_HITS_SQL
 from .checkpointer import VALVE_PAGES, WalCheckpointer
 from .schema import BURR_TABLE, SEARCH_COLUMNS
-from .sql import invalid_unicode
+from .sql import SQLITE_FAILURES, invalid_unicode
 from .sqlstore import SQLStore
 
 BUSY_TIMEOUT_MS = 30_000
@@ -61,6 +61,13 @@ class BlobRefSQLitePersister(BlobRefPersisterMixin, SQLitePersister):
             lambda: super(BlobRefSQLitePersister, self)._stored(partition_key, app_id, sequence_id))
 
 
+def _no_space(path: str) -> bool:
+    try:
+        return os.statvfs(os.path.dirname(path) or ".").f_bavail == 0
+    except OSError:
+        return False
+
+
 def _not_writable(path: str) -> Optional[str]:
     """Why this process cannot write the database at `path` (None if it can)."""
     folder = os.path.dirname(path) or "."
@@ -84,9 +91,13 @@ _ROWS_KNOWN = 4_096  # reads a connection remembers
 
 class SQLiteStore(SQLStore):
     write_errors = (sqlite3.OperationalError,)
+    failure_rules = SQLITE_FAILURES
     backend_errors = (sqlite3.Error,)  # what the driver raises: turned into StoreError at the API
 
-    def __init__(self, path: str, read_only: Optional[bool] = None):
+    def __init__(self, path: str, read_only: Optional[bool] = None, create: bool = True):
+        """`read_only=None` opens read-only when this process may not write the file; False
+        refuses a file it may not write (a URL's mode=rw|rwc); `create=False` refuses a file
+        that does not exist (mode=rw)."""
         self.path = os.path.abspath(path) if path != ":memory:" else path
         parent = os.path.dirname(self.path)
         if parent and not os.path.isdir(parent):
@@ -96,11 +107,17 @@ class SQLiteStore(SQLStore):
                              f"file in it (for example {os.path.join(path, 'rewind.db')})")
         reason = ""
         if self.path != ":memory:":
+            if not create and not os.path.exists(self.path):
+                raise InvalidRequest(f"cannot open {self.path} with mode=rw: there is no such "
+                                     "file (mode=rwc creates it)")
             why = _not_writable(self.path)
             if read_only is None and why:
                 read_only, reason = True, why
             elif read_only:
                 reason = why or "asked to open it read-only"
+            elif why:
+                raise InvalidRequest(f"cannot open {self.path} read-write as asked: {why} "
+                                     "(mode=ro opens it read-only)")
             if read_only and not os.path.exists(self.path):
                 raise StoreError(f"cannot open {self.path} read-only: there is no such file")
         self._immutable = False
@@ -113,8 +130,18 @@ class SQLiteStore(SQLStore):
         try:
             conn = self._open_read_only() if self.read_only else self._open()
         except sqlite3.DatabaseError as e:
+            cause, remedy = self._failure_of(e) or (None, None)
+            if cause and not str(e).startswith("file is not"):  # not the file: the disk, a lock
+                raise StoreError(f"cannot open {self.path}: {cause}; {remedy}") from e
             raise StoreError(f"cannot open {self.path} as a Rewind database: {e}") from e
         return _Conn(conn)
+
+    def _failure_of(self, error: BaseException):
+        found = super()._failure_of(error)
+        if found and found[0].startswith("a disk I/O error") and _no_space(self.path):
+            # a full disk shows as an I/O error where SQLite maps its shared memory (-shm)
+            return "the disk holding the database is full (disk I/O error)", "free some space"
+        return found
 
     def _open(self) -> sqlite3.Connection:
         conn = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None,
@@ -228,8 +255,8 @@ class SQLiteStore(SQLStore):
         got = self._remembered(("cache", keys), lambda: self.cache_get_many(keys))
         return {k: dict(v) for k, v in got.items()}
 
-    def get_run_row(self, run_id: str):
-        row = self._remembered(("run", run_id), lambda: super(SQLiteStore, self).get_run_row(run_id))
+    def _read_run_row(self, run_id: str):
+        row = self._remembered(("run", run_id), lambda: super(SQLiteStore, self)._read_run_row(run_id))
         return dict(row) if row is not None else None
 
     def _make_persister(self, connection):
@@ -251,12 +278,17 @@ class SQLiteStore(SQLStore):
         conn.depth = 1
         try:
             yield
+            conn.depth = 0
+            conn.execute("COMMIT")
         except BaseException:
             conn.depth = 0
-            conn.execute("ROLLBACK")
+            # On a full disk or an I/O error SQLite may have rolled the transaction back
+            # itself: a ROLLBACK then fails ("no transaction is active") and would hide the
+            # error that says why. A COMMIT that failed may leave it open: roll it back.
+            if conn.in_transaction:
+                with contextlib.suppress(sqlite3.Error):
+                    conn.execute("ROLLBACK")
             raise
-        conn.depth = 0
-        conn.execute("COMMIT")
         if self.checkpointer is not None:
             self.checkpointer.note_commit()
 

@@ -2,7 +2,8 @@
 
 Opening a store checks the schema version (one read; `migrations` runs DDL only when it is
 behind, under the schema lock), then, when writable, marks runs whose process died as
-`interrupted`. A backend subclasses this with its connection and transaction.
+`interrupted`, and those of this process a failed commit left `running` (`runs._UNFINISHED`).
+A backend subclasses this with its connection and transaction.
 """
 
 from __future__ import annotations
@@ -40,3 +41,5 @@ class SQLStore(SQLBlobs, SQLRuns, SQLSteps, SQLGraphs, SQLCache, SQLStates, Stor
             self.recover_interrupted()
         except self.write_errors as e:  # e.g. a full disk: still open, to read
             logger.warning("%s: could not mark dead runs interrupted (%s)", self.url, e)
+        if not self.read_only:  # runs another handle of this process could not mark
+            self.finish_unfinished()
