@@ -7,6 +7,10 @@ in-process MockTransport uses, so HTTP and in-process answers are byte-identical
     POST /v1/chat/completions   (stream=true with stream_options.include_usage supported)
     GET  /v1/models, /v1/models/{id}
     POST /_simulator/errors {"statuses": [429, 500]}   GET /_simulator/stats
+
+A request body above `MAX_BODY` (32 MiB, `sim.MAX_BODY`: the in-process limit too) is answered
+with an OpenAI 413 error object and the connection is closed. The body is read and thrown away
+first, up to `DRAIN_LIMIT`, so that a client still sending it sees the 413 rather than a reset.
 """
 
 from __future__ import annotations
@@ -20,7 +24,11 @@ from typing import Optional
 
 from . import sim
 
-MAX_BODY = 32 * 1024 * 1024
+MAX_BODY = sim.MAX_BODY
+# A refused body up to this size is drained (read in pieces, not kept); past it the connection
+# is closed at once, since reading gigabytes to refuse them costs more than the client's retry.
+DRAIN_LIMIT = 4 * MAX_BODY
+_PIECE = 1 << 20
 WILDCARD_HOSTS = ("0.0.0.0", "::", "")
 
 
@@ -44,36 +52,59 @@ class _Handler(BaseHTTPRequestHandler):
         if not self.quiet:
             super().log_message(format, *args)
 
-    def _read_body(self) -> Optional[bytes]:
+    def _drain(self, length: int) -> None:
+        while length > 0:
+            got = self.rfile.read(min(length, _PIECE))
+            if not got:
+                return
+            length -= len(got)
+
+    def _read_body(self):
+        """The body, or a `SimResponse` refusing it (then the connection closes after it)."""
         if "chunked" in (self.headers.get("Transfer-Encoding") or "").lower():
             chunks = []
             total = 0
             while True:
-                size = int(self.rfile.readline().split(b";", 1)[0].strip() or b"0", 16)
+                try:
+                    size = int(self.rfile.readline().split(b";", 1)[0].strip() or b"0", 16)
+                except ValueError:
+                    self.close_connection = True
+                    return sim.wire.error_response(400, "malformed chunked request body")
                 if size == 0:
                     while self.rfile.readline() not in (b"\r\n", b"\n", b""):
                         pass  # trailers
                     break
                 total += size
                 if total > MAX_BODY:
-                    return None
+                    chunks.clear()  # what was kept so far is not kept while refusing
+                    self.close_connection = True
+                    if total <= DRAIN_LIMIT:
+                        self._drain(size)
+                    return sim.wire.too_large(total)
                 chunks.append(self.rfile.read(size))
                 self.rfile.readline()
             return b"".join(chunks)
-        length = int(self.headers.get("Content-Length") or 0)
+        try:
+            length = int(self.headers.get("Content-Length") or 0)
+        except ValueError:
+            self.close_connection = True
+            return sim.wire.error_response(400, "the Content-Length header is not a number")
         if length > MAX_BODY:
-            return None
+            self.close_connection = True
+            if length <= DRAIN_LIMIT:
+                self._drain(length)
+            return sim.wire.too_large(length)
         return self.rfile.read(length) if length > 0 else b""
 
     def _serve(self) -> None:
         body = self._read_body() if self.command == "POST" else b""
-        if body is None:
-            self.send_error(413, "request body too large")
-            return
-        res = sim.dispatch(self.command, self.path, body)
+        refused = isinstance(body, sim.SimResponse)
+        res = body if refused else sim.dispatch(self.command, self.path, body)
         self.send_response(res.status)
         for name, value in res.headers.items():
             self.send_header(name, value)
+        if refused:  # the rest of a refused body may still be on its way: no keep-alive
+            self.send_header("Connection", "close")
         if res.chunks is None:
             self.send_header("Content-Length", str(len(res.body)))
             self.end_headers()

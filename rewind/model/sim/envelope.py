@@ -39,6 +39,7 @@ _ERROR_TYPES = {
     404: ("invalid_request_error", "not_found"),
     408: ("timeout", "timeout"),
     409: ("conflict", "conflict"),
+    413: ("invalid_request_error", "request_too_large"),
     422: ("invalid_request_error", None),
     405: ("invalid_request_error", "method_not_allowed"),
     429: ("rate_limit_error", "rate_limit_exceeded"),

@@ -5,6 +5,10 @@ its style instructions, pick the task's writer, draw its choices, apply the styl
 `max_tokens`, count the tokens. At temperature 0 the
 full text is a pure function of (model, messages); `max_tokens` cuts it to a prefix, so a
 truncated answer is always the start of the untruncated one.
+
+The cost is linear in the input: its identity (sha256 of the canonical request) and its prompt
+tokens are computed over all of it, streaming, and the writers read only
+`prompt.reading_window` of it (at most `prompt.READ_LIMIT` characters).
 """
 
 from __future__ import annotations
@@ -13,8 +17,8 @@ import dataclasses
 import hashlib
 from typing import Any, Optional
 
-from .prompt import detect_task, read_prompt
-from .sampling import Chooser, canonical_request, normalize_messages, sample_key
+from .prompt import detect_task, read_prompt, reading_window
+from .sampling import Chooser, canonical_hash, normalize_messages, sample_key_of
 from .style import apply, read_style
 from .tokens import count_prompt_tokens, count_tokens, truncate
 from .writers import WRITERS
@@ -31,6 +35,7 @@ class Completion:
     completion_tokens: int
     task: str
     id: str
+    chars_read: int = 0  # characters of the prompt's content the writers read (<= READ_LIMIT)
 
     @property
     def total_tokens(self) -> int:
@@ -48,18 +53,20 @@ def complete(
 ) -> list:
     """A list of n `Completion`s for these messages (a ValueError for malformed ones)."""
     msgs = normalize_messages(messages)
-    canonical = canonical_request(model, msgs)
-    digest = hashlib.sha256(canonical).digest()
+    request_hash = canonical_hash(model, msgs)
+    digest = request_hash.digest()
     # The writers read the prompt without its style instructions ("in French" is no topic);
-    # the request's identity (digest, token count) stays the messages as sent.
-    style, readable = read_style(msgs)
+    # the request's identity (digest, token count) stays the messages as sent, all of them.
+    window = reading_window(msgs)
+    chars_read = sum(len(m["content"]) for m in window)
+    style, readable = read_style(window)
     prompt = read_prompt(readable)
     prompt.style = style
     task = detect_task(prompt)
     prompt_tokens = count_prompt_tokens(msgs)
     out = []
     for index in range(n):
-        key = sample_key(canonical, seed, index) if temperature > 0 else None
+        key = sample_key_of(request_hash, seed, index) if temperature > 0 else None
         chooser = Chooser(digest, key, float(temperature))
         text = WRITERS[task](prompt, chooser, model)
         if style is not None:
@@ -71,5 +78,6 @@ def complete(
         else:
             completion_tokens = count_tokens(text)
         ident = hashlib.sha256(key or digest).hexdigest()[:29]
-        out.append(Completion(text, finish, prompt_tokens, completion_tokens, task, "chatcmpl-" + ident))
+        out.append(Completion(text, finish, prompt_tokens, completion_tokens, task, "chatcmpl-" + ident,
+                              chars_read))
     return out

@@ -4,6 +4,12 @@ Owns the parse (`read_prompt`: system text, last user message, labelled sections
 source lines), the task the instructions name (`detect_task`), and the text helpers the writers
 build answers from (topic, keywords, noun phrases, sentences, exact quotes). Pure functions of
 the text: no randomness here.
+
+It also owns how much of a prompt is read: `reading_window` cuts the messages to at most
+`READ_LIMIT` characters of content in all (issue 38: a 100 MB prompt took 20 GB and more than
+11 minutes). The writers only ever see that window, so their work is bounded whatever the input;
+the request's identity and its token count are still taken over the whole input, in linear time
+(`model.complete`).
 """
 
 from __future__ import annotations
@@ -51,6 +57,40 @@ _STOPWORDS = frozenset(
     one two three four five several many much well like may might must shall need needs want
     get got into onto per via etc new way ways thing things""".split()
 )
+
+
+# What the writers read of a prompt, in characters of content over all its messages: 128 Ki.
+# Far above any prompt the pipelines send (a few KB; the 60 KB question of issue 12 is read
+# whole), so every reply to an ordinary prompt is unchanged.
+READ_LIMIT = 128 * 1024
+
+
+def reading_window(messages: list, limit: int = READ_LIMIT) -> list:
+    """The messages as the writers read them: whole if their contents total at most `limit`
+    characters, else each cut to a prefix so that they total exactly `limit`. Short messages
+    (the system prompt, the instructions) stay whole and the long ones share the rest equally,
+    the most recent getting the odd characters."""
+    lengths = [len(m["content"]) for m in messages]
+    if sum(lengths) <= limit:
+        return messages
+    remaining, left = limit, len(lengths)
+    share = 0
+    for length in sorted(lengths):  # the largest share such that sum(min(len, share)) <= limit
+        share = remaining // left
+        if length > share:
+            break
+        remaining -= length
+        left -= 1
+    extra = remaining - share * left  # < left: one more character for the last `extra` long ones
+    out: list = []
+    for m, length in zip(reversed(messages), reversed(lengths)):
+        if length > share:
+            keep = share + (1 if extra > 0 else 0)
+            extra -= 1
+            m = {**m, "content": m["content"][:keep]}
+        out.append(m)
+    out.reverse()
+    return out
 
 
 @dataclasses.dataclass

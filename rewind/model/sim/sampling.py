@@ -1,6 +1,7 @@
 """The canonical request and every pseudo-random decision the offline model makes.
 
-Owns `normalize_messages` / `canonical_request` (what a request *is*, for determinism) and the
+Owns `normalize_messages` / `canonical_request` / `canonical_hash` (what a request *is*, for
+determinism; the hash is streamed, so a huge prompt is not copied to be hashed) and the
 draw streams: at temperature 0 every choice comes from sha256 of the canonical request, never
 from Python's `hash()` (salted per process) or the global `random` module. Above temperature 0 a
 second stream decides, with a probability that grows with temperature, to take a sampled choice
@@ -62,6 +63,16 @@ def canonical_request(model: str, messages: list) -> bytes:
     ).encode("utf-8")
 
 
+def canonical_hash(model: str, messages: list):
+    """sha256 of `canonical_request(model, messages)`, fed piece by piece: the same digest
+    without holding a second and third copy of a huge prompt (its JSON text and its bytes)."""
+    h = hashlib.sha256()
+    encoder = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    for chunk in encoder.iterencode({"model": model, "messages": messages}):
+        h.update(chunk.encode("utf-8"))
+    return h
+
+
 class _Stream:
     """A reproducible stream of uniform draws: sha256(key || counter), read 8 bytes at a time."""
 
@@ -117,8 +128,15 @@ class Chooser:
 
 def sample_key(canonical: bytes, seed: Optional[int], index: int) -> bytes:
     """The key of the sampling stream of choice `index` of a request above temperature 0."""
+    return sample_key_of(hashlib.sha256(canonical), seed, index)
+
+
+def sample_key_of(request_hash, seed: Optional[int], index: int) -> bytes:
+    """`sample_key` from `canonical_hash` (left as it was): sha256(canonical || suffix)."""
     if seed is not None:
         salt = b"seed:" + str(int(seed)).encode()
     else:
         salt = b"nonce:" + _PROCESS_NONCE + str(next(_sample_counter)).encode()
-    return hashlib.sha256(canonical + b"\x00" + salt + b"\x00" + str(index).encode()).digest()
+    h = request_hash.copy()
+    h.update(b"\x00" + salt + b"\x00" + str(index).encode())
+    return h.digest()

@@ -56,6 +56,47 @@ _PATTERNS = (
 )
 _RANGE_BEFORE = re.compile(r"(?:\d+|\b(?:one|two|three|four|five|six|seven|eight|nine|ten))\s*(?:to|-|–|or)\s*$"
                            r"|\bbetween\s+\S+\s+and\s+$", _I)
+_CONNECTOR = re.compile(r"to|-|–|or", _I)
+_NUMBER_WORD = re.compile(r"\b(?:one|two|three|four|five|six|seven|eight|nine|ten)", _I)
+_AND = re.compile(r"and", _I)
+_BETWEEN = re.compile(r"\bbetween", _I)
+
+
+def _space_start(line: str, end: int) -> int:
+    """Where the run of whitespace that ends at `end` starts (`end` if there is none)."""
+    i = end
+    while i > 0 and line[i - 1].isspace():
+        i -= 1
+    return i
+
+
+def _range_before(line: str, end: int) -> bool:
+    """Whether `_RANGE_BEFORE.search(line[:end])` would match, reading back only over the few
+    runs of text a match can span: the search scans all of line[:end], and it runs once per
+    "N points" of a line, which made a long line of them quadratic (issue 38). Every piece is
+    checked with a regex (`fullmatch` at a position sees the character before it, for `\b`),
+    so the case-insensitive matching is the regex engine's own; tests/test_sim_limits.py
+    compares the two."""
+    t = _space_start(line, end)
+    for k in (1, 2):  # "-" or "–"; "to" or "or"
+        c = t - k
+        if c >= 0 and _CONNECTOR.fullmatch(line, c, t):
+            d = _space_start(line, c)
+            if d > 0 and line[d - 1].isdecimal():  # `\d` is a Unicode decimal digit
+                return True
+            if any(d >= n and _NUMBER_WORD.fullmatch(line, d - n, d) for n in (3, 4, 5)):
+                return True
+    if 3 <= t < end and _AND.fullmatch(line, t - 3, t):  # "between X and " (a space after it)
+        d = _space_start(line, t - 3)
+        f = d
+        while f > 0 and not line[f - 1].isspace():
+            f -= 1
+        if 0 < f < d < t - 3:
+            g = _space_start(line, f)
+            return 7 <= g < f and _BETWEEN.fullmatch(line, g - 7, g) is not None
+    return False
+
+
 _TONES = {"playful": "playful", "fun": "playful", "cheerful": "playful", "whimsical": "playful",
           "light-hearted": "playful", "playfully": "playful", "formal": "formal",
           "professional": "formal", "academic": "formal", "formally": "formal"}
@@ -79,9 +120,12 @@ def _number(word: str) -> int:
 
 def _scan(line: str, found: dict) -> str:
     """Record the instructions of one line in `found`; return the line without them."""
+    if not line.strip():
+        return line  # every pattern needs a word: a blank line has no instruction
     for kind, pattern in _PATTERNS:
+        cut = []  # the matches cut out, last first; the line is rebuilt once (linear time)
         for m in reversed(list(pattern.finditer(line))):
-            if kind in ("points", "sentences") and _RANGE_BEFORE.search(line[:m.start()]):
+            if kind in ("points", "sentences") and _range_before(line, m.start()):
                 continue  # "3 to 5 points" leaves the count to the model, as before
             groups = [g for g in m.groups() if g]
             if kind == "language":
@@ -105,12 +149,21 @@ def _scan(line: str, found: dict) -> str:
                     found["marker"] = "numbered"
             elif kind == "list":
                 found["marker"] = "numbered" if "numbered" in groups[-1].lower() else "bullet"
-            line = line[:m.start()] + " " + line[m.end():]
+            cut.append(m)
+        if cut:
+            pieces, pos = [], 0
+            for m in reversed(cut):
+                pieces.append(line[pos:m.start()])
+                pos = m.end()
+            pieces.append(line[pos:])
+            # the same as cutting each match out, last first, leaving a space in its place
+            line = " ".join(pieces)
     return line
 
 
 def _tidy(line: str) -> str:
-    line = re.sub(r"\s+([,.;:!?])", r"\1", line)
+    # (?<!\s): a run of spaces is tried once, from its start, not from each of its spaces
+    line = re.sub(r"(?<!\s)\s+([,.;:!?])", r"\1", line)
     line = re.sub(r"([,;:])(?:\s*[,;:])+", r"\1", line)
     line = re.sub(r"[,;:]\s*([.!?])", r"\1", line)
     line = re.sub(r"\b(?:and|or)\s*([.!?]|$)", r"\1", line)

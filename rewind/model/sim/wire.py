@@ -5,6 +5,9 @@ endpoint's JSON bodies and server-sent events; `responses` owns the Responses AP
 `handle_request`, the
 httpx2 MockTransport handler that puts it behind the real openai client in-process.
 `rewind.model.server` serves the same `dispatch` over HTTP, so both answer byte-identically.
+
+Also owns `MAX_BODY`, the largest request body served (32 MiB); a larger one is a 413 error
+object (`too_large`), in-process as over HTTP (issue 38).
 """
 
 from __future__ import annotations
@@ -21,6 +24,21 @@ from .sampling import normalize_messages
 
 SYSTEM_FINGERPRINT = "fp_rewind_sim"
 OWNER = "rewind-simulator"
+# The largest request body the simulator serves, in bytes. A prompt is read only in part
+# (`prompt.READ_LIMIT`) but hashed and token-counted whole, so the body's size bounds the work.
+MAX_BODY = 32 * 1024 * 1024
+
+
+def error_response(status: int, message: str) -> SimResponse:
+    """An OpenAI error object, for a transport that refuses a request before `dispatch`."""
+    return _error(status, message)
+
+
+def too_large(size: int = 0) -> SimResponse:
+    """The 413 error object for a body above MAX_BODY (size: its length, when known)."""
+    got = f" (got {size} bytes)" if size else ""
+    return _error(413, f"Request too large: the simulator accepts request bodies of at most "
+                       f"{MAX_BODY} bytes (32 MiB){got}.")
 
 
 def _model_entry(model_id: str) -> dict:
@@ -133,6 +151,8 @@ def dispatch(method: str, path: str, body: bytes = b"") -> SimResponse:
     path = path.split("?", 1)[0].rstrip("/") or "/"
     route = path[3:] if path.startswith("/v1/") else path
     method = method.upper()
+    if body and len(body) > MAX_BODY:
+        return too_large(len(body))
     if route == "/chat/completions":
         if method != "POST":
             return _error(405, f"Method {method} not allowed on {path}")

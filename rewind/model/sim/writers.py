@@ -146,11 +146,25 @@ def _rewrite_sentence(s: str, ch: Chooser) -> str:
     return s[:1].upper() + s[1:]
 
 
-def _best_source(sentence: str, sources: list) -> Optional[Source]:
+# A revision matches at most this many of the critique's quotes against the draft's sentences,
+# and looks for a sentence's source among at most this many sources: a critique quotes a few
+# sentences and a prompt cites a few sources, and without these bounds a prompt of thousands of
+# quotes and sources costs their product (issue 38).
+_MAX_QUOTES = 64
+_MAX_SOURCES = 64
+
+
+def _source_words(sources: list) -> list:
+    """(source, its keywords, lower-cased) of the sources `_best_source` may pick, read once."""
+    return [(src, {w.lower() for w in keywords(src.title + " " + src.text, 40)})
+            for src in sources[:_MAX_SOURCES]]
+
+
+def _best_source(sentence: str, source_words: list) -> Optional[Source]:
     words = {w.lower() for w in keywords(sentence, 20)}
     best, best_score = None, 0
-    for src in sources:
-        score = len(words & {w.lower() for w in keywords(src.title + " " + src.text, 40)})
+    for src, src_words in source_words:
+        score = len(words & src_words)
         if score > best_score:
             best, best_score = src, score
     return best
@@ -170,13 +184,17 @@ def _write_revision(p: Prompt, ch: Chooser, model: str) -> str:
     sents = sentences(draft)
     if not sents:
         return _write_generic(p, ch, model)
-    quoted = re.findall(r"\"([^\"]{3,})\"", critique)
+    quoted = list(dict.fromkeys(q.strip() for q in re.findall(r"\"([^\"]{3,})\"", critique)
+                                if q.strip()))[:_MAX_QUOTES]
+    source_words = None
     out = []
     for s in sents:
         r = _rewrite_sentence(s, ch)
-        flagged = any(q.strip() and q.strip() in s for q in quoted)
+        flagged = any(q in s for q in quoted)
         if flagged and not CITATION.search(r) and p.sources:
-            src = _best_source(s, p.sources) or p.sources[0]
+            if source_words is None:
+                source_words = _source_words(p.sources)
+            src = _best_source(s, source_words) or p.sources[0]
             r = r.rstrip()
             end = r[-1] if r[-1:] in ".!?" else "."
             r = r.rstrip(".!?") + f" {src.cite}{end}"
