@@ -15,7 +15,7 @@ from typing import Any, Callable, Optional
 
 from .engine import (
     GLOBAL_PIPELINES, Heartbeat, NextVisit, Pipeline, fork_run, load_pipeline_spec, next_visit,
-    register_pipeline, resume_run,
+    register_pipeline, resume_run,  # noqa: F401  (register_pipeline: rewind.register_pipeline)
     start_run, steps_from_rows,
 )
 from .engine.plan import ForkPlan, plan_fork
@@ -161,19 +161,24 @@ class Rewind:
         return Run.from_row(row, steps=steps)
 
     def _inherited_costs(self, row: dict, steps: list) -> None:
-        """Give inherited steps the cost they had in the run they come from (rewind.costs)."""
-        inherited = [s for s in steps if s.status == "inherited"]
-        if not inherited or not row["parent_id"]:
-            return
-        parent_row = self.store.get_run_row(row["parent_id"])
-        if parent_row is None:  # purged: the cost is not known any more
-            return
-        parent_steps = steps_from_rows(self.store.get_node_rows(parent_row["id"], parent_row["parent_id"]),
-                                       self.store, parent_row["parent_id"])
-        self._inherited_costs(parent_row, parent_steps)
-        for s in inherited:
-            if s.index < len(parent_steps):
-                s.inherited_cost = parent_steps[s.index].cost
+        """Give inherited steps the cost they had in the run they come from (rewind.costs).
+        Walked up the lineage in a loop, then down from the oldest ancestor: a fork of a fork
+        thousands deep is no recursion."""
+        chain = [(row, steps)]
+        while True:
+            row, steps = chain[-1]
+            if not any(s.status == "inherited" for s in steps) or not row["parent_id"]:
+                break
+            parent_row = self.store.get_run_row(row["parent_id"])
+            if parent_row is None:  # purged: the cost is not known any more
+                break
+            chain.append((parent_row, steps_from_rows(
+                self.store.get_node_rows(parent_row["id"], parent_row["parent_id"]),
+                self.store, parent_row["parent_id"])))
+        for (_, child), (_, parent) in zip(reversed(chain[:-1]), reversed(chain[1:])):
+            for s in child:
+                if s.status == "inherited" and s.index < len(parent):
+                    s.inherited_cost = parent[s.index].cost
 
     def list_runs(self, pipeline: Optional[str] = None, status: Optional[str] = None,
                   parent_id: Optional[str] = None, search: Optional[str] = None,
@@ -375,12 +380,13 @@ class Rewind:
         return audit_run(self, self.get_run(run_id), repeats, on_progress=on_progress)
 
     def snapshot(self, run_id: str, path: Any, repeats: int = 3,
-                 pipeline_spec: Optional[str] = None) -> Any:
-        """Write run `run_id` as a snapshot file that pytest replays offline (rewind.testing)."""
+                 pipeline_spec: Optional[str] = None, force: bool = False) -> Any:
+        """Write run `run_id` as a snapshot file that pytest replays offline (rewind.testing);
+        over a file Rewind did not write only with `force=True`."""
         from .testing import snapshot
 
         self._run_row(run_id)
-        return snapshot(self, run_id, path, repeats=repeats, pipeline_spec=pipeline_spec)
+        return snapshot(self, run_id, path, repeats=repeats, pipeline_spec=pipeline_spec, force=force)
 
     def batch_fork(self, at: str, **kwargs: Any) -> Any:
         """One change replayed across many stored runs -> `BatchReport` (see rewind.batch)."""
@@ -389,12 +395,14 @@ class Rewind:
         return batch_fork(self, at, **kwargs)
 
     # elsewhere -------------------------------------------------------------------------------
-    def export_burr(self, run_id: str, directory: Any, project: str = "rewind") -> Any:
-        """Write a stored run (and its ancestors) in Burr's tracker layout, for Burr's UI."""
+    def export_burr(self, run_id: str, directory: Any, project: str = "rewind",
+                    force: bool = False) -> Any:
+        """Write a stored run (and its ancestors) in Burr's tracker layout, for Burr's UI; over an
+        app folder Rewind did not write only with `force=True`."""
         from .integrations.burr_tracking import export_burr
 
         self._run_row(run_id)
-        return export_burr(self, run_id, directory, project)
+        return export_burr(self, run_id, directory, project, force=force)
 
     def import_burr(self, directory: Any, pipeline: Any, project: Optional[str] = None,
                     initial_state: Optional[dict] = None) -> Any:

@@ -4,49 +4,25 @@ Everything here refuses bad input with an `InvalidRequest` whose `field` is the 
 message is one line naming it, before any store is opened, so a refusal writes nothing. Python's
 own parser fails in several ways on hostile text (a `JSONDecodeError`, a `ValueError` for an
 integer over 4300 digits, a `RecursionError` for deep nesting, a `UnicodeDecodeError` for a
-binary file); each becomes that one line.
+binary file); each becomes that one line. Files are read by `rewind.paths` (the one reader of
+user files: a regular file only, at most `MAX_READ_BYTES`), JSON parsed by `paths.parse_json`.
 """
 
 from __future__ import annotations
 
-import json
-import math
 import sys
 from typing import Any, Optional, Sequence
 
 from ..errors import InvalidRequest
+from ..paths import MAX_READ_BYTES, decode_text, parse_json, read_bytes
 
-# A state or an export document bigger than this is a mistake (a wrong file, /dev/zero), and
-# reading it whole would only exhaust memory first.
-MAX_FILE_BYTES = 256 * 1024 * 1024
-
-
-def _finite(text: str) -> float:
-    value = float(text)
-    if not math.isfinite(value):
-        raise ValueError(f"the number {text} does not fit a float")
-    return value
-
-
-def _no_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not a number JSON allows")
+# kept for callers of the old name: the limit is rewind.paths' (the one reader of user files)
+MAX_FILE_BYTES = MAX_READ_BYTES
 
 
 def load_json(text: str, field: str, hint: str = "") -> Any:
     """Parse JSON typed into `field`; an `InvalidRequest` naming the field otherwise."""
-    tail = f"; {hint}" if hint else ""
-    try:
-        value = json.loads(text, parse_float=_finite, parse_constant=_no_constant)
-    except json.JSONDecodeError as e:
-        raise InvalidRequest(f"{field}: invalid JSON ({e.msg} at line {e.lineno} column {e.colno})"
-                             f"{tail}", field=field) from None
-    except RecursionError:
-        raise InvalidRequest(f"{field}: JSON nested too deeply for Python's parser; flatten it",
-                             field=field) from None
-    except ValueError as e:  # an integer of more than 4300 digits, NaN, 1e999
-        reason = str(e).split(";")[0]
-        raise InvalidRequest(f"{field}: invalid JSON value ({reason}){tail}", field=field) from None
-    return value
+    return parse_json(text, field, hint, field=field)
 
 
 def json_object(text: str, field: str, hint: str) -> dict:
@@ -59,24 +35,20 @@ def json_object(text: str, field: str, hint: str) -> dict:
 
 
 def read_text(path: str, field: str) -> str:
-    """The UTF-8 text of a file (`-`: standard input); an `InvalidRequest` naming `field` otherwise."""
+    """The UTF-8 text of a file (`-`: standard input); an `InvalidRequest` naming `field` otherwise.
+    A FIFO, device or directory named as the file, or a file over the limit, is refused by
+    `rewind.paths.read_bytes` (standard input, which may well be a pipe, is read to the limit)."""
+    if path != "-":
+        return decode_text(read_bytes(path, field, field=field), field, field=field)
     try:
-        if path == "-":
-            stream = getattr(sys.stdin, "buffer", None)
-            data = stream.read(MAX_FILE_BYTES + 1) if stream is not None else \
-                sys.stdin.read(MAX_FILE_BYTES + 1).encode("utf-8", "surrogateescape")
-        else:
-            with open(path, "rb") as f:
-                data = f.read(MAX_FILE_BYTES + 1)
+        stream = getattr(sys.stdin, "buffer", None)
+        data = stream.read(MAX_READ_BYTES + 1) if stream is not None else \
+            sys.stdin.read(MAX_READ_BYTES + 1).encode("utf-8", "surrogateescape")
     except OSError as e:
         raise InvalidRequest(f"{field}: cannot read the file ({e.strerror or e})", field=field) from None
-    if len(data) > MAX_FILE_BYTES:
-        raise InvalidRequest(f"{field}: the file is over {MAX_FILE_BYTES // 2**20} MB", field=field)
-    try:
-        return data.decode("utf-8-sig")
-    except UnicodeDecodeError as e:
-        raise InvalidRequest(f"{field}: not UTF-8 text (byte 0x{data[e.start]:02x} at offset "
-                             f"{e.start}); pass a JSON file", field=field) from None
+    if len(data) > MAX_READ_BYTES:
+        raise InvalidRequest(f"{field}: the file is over {MAX_READ_BYTES // 2**20} MB", field=field)
+    return decode_text(data, field, field=field)
 
 
 def parse_state(text: Optional[str]) -> Optional[dict]:

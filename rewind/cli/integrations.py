@@ -1,4 +1,8 @@
-"""Commands that meet other tools: export-burr, import-burr, export-otel."""
+"""Commands that meet other tools: export-burr, import-burr, export-otel.
+
+Every file they read (`--initial-state @file`, the tracker's files) goes through
+`rewind.paths`' one reader; export-burr writes over an app folder Rewind did not write only
+with `--force`."""
 
 from __future__ import annotations
 
@@ -33,7 +37,7 @@ def cmd_export_burr(args, out) -> int:
     check_dir(args.dir, "--dir")
     with open_rewind(args) as rw:
         paths = export_burr(rw, args.run, args.dir, project=args.project,
-                            lineage=not args.no_lineage)
+                            lineage=not args.no_lineage, force=args.force)
     for p in paths:
         print(p, file=out)
     print(f"wrote {len(paths)} Burr app(s); view them with `burr_path={args.dir} burr --no-open`"
@@ -76,6 +80,9 @@ def add_commands(add) -> None:
     sp.add_argument("--dir", required=True, metavar="DIR", help="Burr's storage dir, e.g. ~/.burr")
     sp.add_argument("--project", default="rewind", metavar="P", help="Burr project (default: rewind)")
     sp.add_argument("--no-lineage", action="store_true", help="only this run, not its ancestors")
+    sp.add_argument("--force", action="store_true",
+                    help="overwrite app folders Rewind did not write (an app folder export-burr "
+                         "wrote carries rewind.json naming its run, and is rewritten without it)")
 
     sp = add("import-burr", cmd_import_burr,
              "turn runs recorded by Burr's local tracker into Rewind runs you can fork")

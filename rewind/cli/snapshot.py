@@ -1,6 +1,6 @@
 """Commands that turn runs into regression tests: snapshot, replay.
 
-    rewind snapshot RUN --to tests/rewind/NAME.json [--repeats K] [--pipeline mod:attr]
+    rewind snapshot RUN --to tests/rewind/NAME.json [--repeats K] [--pipeline mod:attr] [--force]
     rewind replay tests/rewind/NAME.json [--record none|new|all]
 
 `snapshot` writes the run as a reviewable snapshot file (see `rewind.testing`); `replay` runs
@@ -29,7 +29,7 @@ def cmd_snapshot(args, out) -> int:
     from ..testing import snapshot
     from ..testing.format import destination
 
-    destination(args.to, "--to")  # before the audit's work, not after it
+    destination(args.to, "--to", force=args.force)  # before the audit's work, not after it
     with open_rewind(args) as rw:
         if args.pipeline:  # where the pipeline lives also registers it for this command
             rw.register(resolve_pipeline(rw, args.pipeline))
@@ -37,7 +37,7 @@ def cmd_snapshot(args, out) -> int:
         progress = None if args.quiet or not args.repeats else Progress()
         with shown(progress):
             path = snapshot(rw, run.id, args.to, repeats=args.repeats,
-                            pipeline_spec=args.pipeline,
+                            pipeline_spec=args.pipeline, force=args.force,
                             on_progress=progress.callback() if progress else None)
     print(f"snapshot of run {run.id} ({len(run.steps)} steps) written to {path}", file=out)
     # installed, pytest loads the plugin by its entry point, and `-p` would load it twice
@@ -71,6 +71,10 @@ def add_commands(add) -> None:
     sp.add_argument("--pipeline", default=None, metavar="MOD:ATTR",
                     help="the pipeline as package.module:attribute (registers it, and is written "
                          "into the snapshot; default: found by itself)")
+    sp.add_argument("--force", action="store_true",
+                    help="overwrite an existing file that is not a Rewind snapshot (a snapshot, "
+                         "recognised by its \"format\": \"rewind-snapshot\", is rewritten "
+                         "without it)")
     sp = add("replay", cmd_replay, "replay a snapshot file against the current code, offline")
     sp.add_argument("path", metavar="PATH")
     sp.add_argument("--record", choices=("none", "new", "all"), default="none",

@@ -13,6 +13,10 @@ before the first step (taken as the state after it without the fields it wrote, 
 with (the pipeline's own are assumed), and exact types (Burr writes what its serde cannot encode
 as `str(value)`). A node whose recorded source differs from the pipeline's gets no cache entry:
 a fork executes it.
+
+The tracker's files are read by `rewind.paths` (regular files only, at most `MAX_READ_BYTES`
+each: a `log.jsonl` linked to `/dev/zero` or a FIFO is refused in one line, never read), and
+every line parsed by `paths.parse_json` (nesting deeper than `MAX_JSON_DEPTH` refused).
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from typing import Any, Optional
 from ..errors import CommitError, InvalidRequest, NotFound, RewindError
 from ..keys import is_internal_key, sha256_hex
 from ..models import RunStatus, StepStatus
+from ..paths import MAX_READ_BYTES, JSONRefused, open_regular, parse_json, read_bytes
 from ..store import PARTITION_KEY
 
 TOKEN_KEYS = (("prompt_tokens", "completion_tokens"),
@@ -76,34 +81,45 @@ def read_app(path: str) -> tuple:
     from burr.core import serde
 
     log_path = os.path.join(path, "log.jsonl")
-    if not os.path.exists(log_path):
+    if not os.path.lexists(log_path):
         raise NotFound(f"{path} holds no log.jsonl: not an app directory of Burr's tracker")
     graph, meta = {}, {}
     for name, into in (("graph.json", graph), ("metadata.json", meta)):
         p = os.path.join(path, name)
-        if os.path.exists(p):
-            with open(p, encoding="utf-8", errors="replace") as f:
-                try:
-                    doc = json.load(f)
-                except ValueError as e:
-                    raise InvalidRequest(f"{p} is not JSON ({e}); is the file complete?") from None
+        if os.path.lexists(p):
+            doc = _json(read_bytes(p, p).decode("utf-8", errors="replace"), p,
+                        "is not JSON ({}); is the file complete?")
             if not isinstance(doc, dict):
                 raise InvalidRequest(f"{p} holds {type(doc).__name__}, not the JSON object Burr's "
                                      "tracker writes")
             into.update(doc)
     steps: dict = {}
-    with open(log_path, "rb") as f:
+    with open_regular(log_path, log_path) as f:
+        read = 0
         for n, raw in enumerate(f, 1):
-            try:
-                line = json.loads(raw.decode("utf-8", errors="replace"))
-            except ValueError:
-                raise InvalidRequest(f"{log_path} line {n} is not JSON; is the file complete?") from None
+            read += len(raw)
+            if read > MAX_READ_BYTES:  # it grew since it was opened
+                raise InvalidRequest(f"{log_path}: the file is over {MAX_READ_BYTES // 2**20} MB")
+            line = _json(raw.decode("utf-8", errors="replace"), f"{log_path} line {n}",
+                         "is not JSON; is the file complete?")
             try:
                 _read_line(line, steps, serde)
             except (KeyError, TypeError, ValueError, AttributeError) as e:
                 what = f"has no {e}" if isinstance(e, KeyError) else f"is not what Burr's tracker writes ({e})"
                 raise InvalidRequest(f"{log_path} line {n} {what}") from None
     return graph, meta, [steps[k] for k in sorted(steps)]
+
+
+def _json(text: str, what: str, not_json: str) -> Any:
+    """Parsed JSON of a tracker file or line; `not_json` (with {} for the parser's message)
+    words invalid JSON, and what is too deep or not finite is refused as `parse_json` words it
+    (Burr's and Rewind's decoders would otherwise recurse out of the stack)."""
+    try:
+        return parse_json(text, what)
+    except JSONRefused as e:
+        if e.kind != "syntax":
+            raise
+        raise InvalidRequest(f"{what} {not_json.format(e.detail)}") from None
 
 
 def _read_line(line: Any, steps: dict, serde: Any) -> None:

@@ -3,7 +3,11 @@
 The row models are built from the store's schema (`rewind.store.schema`): one column list, one
 meaning per column (`Column.kind`), so a column added to the schema is importable at once.
 Values are checked strictly (a string is never taken for a number, NaN and 2**70 are refused,
-a lone surrogate is refused). `parse(doc)` returns the validated `ExportDocument` or raises
+a lone surrogate is refused). Every run id the document brings (a run's id and parent, a step's
+run, state app and source run, a cache entry's source run, a saved state's app, the missing
+ancestors) must be a plain name (`rewind.paths.SAFE_ID`): an id is used as a folder name by
+`export-burr`, and `/tmp/victim` or `../..` must never get that far. The whole document is
+also refused when nested deeper than `rewind.paths.MAX_JSON_DEPTH` (a RecursionError later). `parse(doc)` returns the validated `ExportDocument` or raises
 `InvalidRequest` naming the offending place: "import document: runs[0].status must be one of
 ...". Checks across parts of the document (ids that refer to each other, blobs that match
 their hashes) are `references.check`'s.
@@ -23,6 +27,7 @@ from pydantic_core import PydanticCustomError
 
 from ..errors import InvalidRequest
 from ..models import RUN_STATUSES, STEP_STATUSES
+from ..paths import SAFE_ID_RULE, is_safe_id, json_problem
 from ..store import SCHEMA_VERSION
 from ..store.rows import DOC_KEY, PARTITION_KEY, REFS_KEY, STEP_DOC_KEY
 from ..store.schema import CACHE, NODES, RUNS, Table
@@ -50,6 +55,14 @@ def text(value: Any, ident: bool = False) -> str:
             fail("must be a non-empty string of at most 500 characters")
         if "\x00" in value:
             fail("contains a NUL character")
+    return value
+
+
+def run_ident(value: Any) -> str:
+    """A run id: a plain name, never a path (see the module's docstring)."""
+    value = text(value)
+    if not is_safe_id(value):
+        fail(f"must be a run id ({SAFE_ID_RULE} characters), not {value[:140]!r}")
     return value
 
 
@@ -108,8 +121,8 @@ def one_of(choices: tuple) -> Callable:
 
 
 KINDS: dict = {
-    "ident": lambda v: text(v, ident=True), "text": text, "int": integer, "number": number,
-    "hash": sha256, "json": json_text, "refs": refs, "run_status": one_of(RUN_STATUSES),
+    "ident": lambda v: text(v, ident=True), "run_id": run_ident, "text": text, "int": integer,
+    "number": number, "hash": sha256, "json": json_text, "refs": refs, "run_status": one_of(RUN_STATUSES),
     "step_status": one_of(STEP_STATUSES), "any": lambda v: v,
 }
 
@@ -128,11 +141,18 @@ def _column_check(kind: str, required: bool, default: Any) -> Callable:
     return validate
 
 
+# the columns that hold a run id (the schema calls them "ident", like node and pipeline names)
+RUN_ID_COLUMNS = {(RUNS.name, "id"), (RUNS.name, "parent_id"), (NODES.name, "run_id"),
+                  (NODES.name, "state_app_id"), (NODES.name, "source_run"),
+                  (CACHE.name, "source_run")}
+
+
 def row_model(table: Table, name: str) -> type:
     """A strict pydantic model of one row of `table` (unknown fields refused)."""
     fields: dict = {}
     for c in table.columns:
-        annotated = Annotated[Any, BeforeValidator(_column_check(c.kind, c.required, c.default))]
+        kind = "run_id" if (table.name, c.name) in RUN_ID_COLUMNS else c.kind
+        annotated = Annotated[Any, BeforeValidator(_column_check(kind, c.required, c.default))]
         default = Field(...) if c.required and c.default is None else Field(None, validate_default=True)
         fields[c.name] = (annotated, default)
     return create_model(name, __config__=ConfigDict(extra="forbid"), **fields)
@@ -172,7 +192,7 @@ class StateRow(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
     partition_key: Annotated[Any, BeforeValidator(text)] = PARTITION_KEY
-    app_id: Annotated[Any, BeforeValidator(lambda v: text(v, ident=True))]
+    app_id: Annotated[Any, BeforeValidator(run_ident)]
     sequence_id: Annotated[Any, BeforeValidator(integer)]
     position: Annotated[Any, BeforeValidator(lambda v: text(v, ident=True))]
     status: Annotated[Any, BeforeValidator(lambda v: text(v, ident=True))]
@@ -246,6 +266,7 @@ def _schema_version(value: Any) -> int:
 
 HashKey = Annotated[str, BeforeValidator(sha256)]
 IdentKey = Annotated[str, BeforeValidator(lambda v: text(v, ident=True))]
+RunIdKey = Annotated[str, BeforeValidator(run_ident)]
 
 
 class ExportDocument(BaseModel):
@@ -256,9 +277,9 @@ class ExportDocument(BaseModel):
     version: Annotated[Any, BeforeValidator(_version)]
     schema_version: Annotated[Any, BeforeValidator(_schema_version)] = SCHEMA_VERSION
     exported_at: Any = None
-    run_id: Annotated[Any, BeforeValidator(lambda v: text(v, ident=True))]
+    run_id: Annotated[Any, BeforeValidator(run_ident)]
     runs: Annotated[list[RunRow], BeforeValidator(_container(list, "must be a non-empty list", True))]
-    missing_ancestors: Annotated[list[IdentKey], BeforeValidator(
+    missing_ancestors: Annotated[list[RunIdKey], BeforeValidator(
         _container(list, "must be a list of run ids"))] = []
     nodes: Annotated[list[NodeRow], BeforeValidator(_container(list, "must be a list"))] = []
     states: Annotated[list[StateRow], BeforeValidator(_container(list, "must be a list"))] = []
@@ -312,6 +333,9 @@ def parse(doc: Any) -> ExportDocument:
         raise InvalidRequest(
             f"import document must be an object from export_run, not {type(doc).__name__}"
         )
+    problem = json_problem(doc, finite=False)  # before pydantic, json.dumps recurse in it
+    if problem:
+        raise InvalidRequest(f"import document: {problem}; nothing was imported")
     try:
         return ExportDocument.model_validate(doc)
     except ValidationError as e:

@@ -3,7 +3,8 @@
 Ids that must refer to each other do (a step's run is in the document, the exported run is
 one of its runs, parent chains end), no step is listed twice, every blob matches its hash, and
 every blob a row refers to is named with the place that refers to it (the importer then checks
-each is in the document or already in the database). Returns the runs parents first.
+each is in the document or already in the database). Returns the runs parents first; a
+lineage deeper than `MAX_LINEAGE` runs is refused (measured without recursion).
 """
 
 from __future__ import annotations
@@ -34,29 +35,34 @@ class Checked:
     referenced: dict  # {blob hash: the place that refers to it}
 
 
+# A lineage deeper than this is refused: reading a fork walks its ancestors, some of it by
+# recursion (a RecursionError near 1000), and no real history of forks of forks is this deep.
+MAX_LINEAGE = 500
+
+
 def _parents_first(runs: list) -> list:
+    """The runs, each parent before its forks; refused when a parent chain loops or is deeper
+    than MAX_LINEAGE. Iterative: the depth is measured, never recursed into."""
     by_id = {r["id"]: r for r in runs}
-    for r in runs:  # a parent chain must not loop
-        seen, cur = set(), r
-        while cur is not None and cur["parent_id"]:
-            if cur["id"] in seen:
-                _fail(f"run {r['id']}", "has a parent chain that loops")
-            seen.add(cur["id"])
-            cur = by_id.get(cur["parent_id"])
-    order: list = []
-    placed: set = set()
-
-    def place(r: dict) -> None:
-        if r["id"] in placed:
-            return
-        if r["parent_id"] in by_id:
-            place(by_id[r["parent_id"]])
-        placed.add(r["id"])
-        order.append(r)
-
+    depth: dict = {}  # run id -> runs in its chain within the document (itself included)
     for r in runs:
-        place(r)
-    return order
+        chain, on_chain, cur = [], set(), r
+        while cur is not None and cur["id"] not in depth:
+            if cur["id"] in on_chain:
+                _fail(f"run {r['id']}", "has a parent chain that loops")
+            chain.append(cur)
+            on_chain.add(cur["id"])
+            cur = by_id.get(cur["parent_id"]) if cur["parent_id"] else None
+        below = depth[cur["id"]] if cur is not None else 0
+        for c in reversed(chain):
+            below += 1
+            depth[c["id"]] = below
+    deepest = max(runs, key=lambda r: depth[r["id"]])
+    if depth[deepest["id"]] > MAX_LINEAGE:
+        _fail(f"run {deepest['id']}", f"has a lineage {depth[deepest['id']]} runs deep; Rewind "
+              f"imports lineages of at most {MAX_LINEAGE} runs; nothing was imported")
+    # a parent's depth is one less than its fork's: sorted by depth (stable: ties keep their order)
+    return sorted(runs, key=lambda r: depth[r["id"]])
 
 
 def _doc(blobs: dict, h: str) -> dict:

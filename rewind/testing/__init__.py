@@ -29,10 +29,15 @@ __all__ = [
 
 
 def snapshot(rw: Any, run_id: str, path: Any, *, repeats: int = DEFAULT_REPEATS,
-             pipeline_spec: Optional[str] = None, on_progress: Any = None) -> Path:
+             pipeline_spec: Optional[str] = None, on_progress: Any = None,
+             force: bool = False) -> Path:
     """Write the snapshot of run `run_id` (completed or halted) to `path`; returns the path.
     `repeats` samples of each step make its determinism audit (0: no audit); `pipeline_spec`
-    ("package.module:attribute") is found by itself when the pipeline is a module attribute."""
+    ("package.module:attribute") is found by itself when the pipeline is a module attribute.
+    An existing file at `path` that is not a snapshot (nor empty) is refused unless `force`."""
+    from .format import destination
+
+    destination(path, force=force)  # before the audit's work, not after it
     doc = snapshot_run(rw, run_id, repeats=repeats, pipeline_spec=pipeline_spec,
                        on_progress=on_progress)
-    return write(doc, path)
+    return write(doc, path, force=force)

@@ -23,6 +23,13 @@ Layout (every key sorted on disk):
 
 Nothing that changes from one recording to the next without a change of behaviour is written
 (latencies, timestamps, store paths).
+
+Rewind's own files: a file whose JSON is an object with `"format": "rewind-snapshot"` is a
+snapshot Rewind wrote, and writing a snapshot over it needs nothing more (re-recording does
+it); so may an empty file (nothing to lose). Over any other existing file, `write` refuses
+unless `force=True` (`rewind snapshot --force`). Reading goes through `rewind.paths` (a
+regular file only, at most `MAX_READ_BYTES`; no NaN, nothing nested deeper than
+`MAX_JSON_DEPTH`), so a FIFO never blocks pytest's collection.
 """
 
 from __future__ import annotations
@@ -36,7 +43,10 @@ from typing import Any
 
 from ..store import serde
 from ..errors import InvalidRequest
-from ..paths import nearest_existing, unwritable_reason
+from ..paths import (
+    JSONRefused, json_problem, nearest_existing, open_regular, parse_json, read_bytes,
+    unwritable_reason,
+)
 
 FORMAT = "rewind-snapshot"
 VERSION = 1
@@ -69,10 +79,11 @@ def dumps(doc: dict) -> str:
     return json.dumps(doc, sort_keys=True, indent=2, ensure_ascii=False, allow_nan=False) + "\n"
 
 
-def destination(path: Any, what: str = "path") -> Path:
+def destination(path: Any, what: str = "path", force: bool = False) -> Path:
     """The file a snapshot at `path` is written to: a symlink is followed to its target, and a
     target that exists but is not a regular file (a directory, FIFO, device) is refused, as is
-    a parent that is not a directory. Cheap, so callers check before the audit's work."""
+    a parent that is not a directory, and (unless `force`) an existing file that is neither a
+    snapshot nor empty. Cheap, so callers check before the audit's work."""
     if not os.fspath(path).strip():
         raise InvalidRequest(f"{what} is empty; give the path of a snapshot file (e.g. "
                              "tests/rewind/NAME.json)", field=what)
@@ -98,13 +109,28 @@ def destination(path: Any, what: str = "path") -> Path:
     why = unwritable_reason(str(target.parent))
     if why:  # the snapshot is written beside its target: its folder must take a new file
         raise InvalidRequest(f"{what} {os.fspath(path)} cannot be written: {why}", field=what)
+    if st is not None and st.st_size and not force and not _ours(target):
+        raise InvalidRequest(f"{what} {os.fspath(path)} exists and is not a Rewind snapshot (no "
+                             f"\"format\": \"{FORMAT}\"); writing would overwrite it: pass --force "
+                             "(force=True) to replace it, or pick another path", field=what)
     return target
 
 
-def write(doc: dict, path: Any) -> Path:
+def _ours(target: Path) -> bool:
+    """Is the file at `target` a snapshot Rewind wrote (its JSON says so)?"""
+    try:
+        doc = parse_json(read_bytes(target, str(target)).decode("utf-8", errors="replace"),
+                         str(target))
+    except InvalidRequest:  # unreadable, not JSON, too big: not a snapshot of ours
+        return False
+    return isinstance(doc, dict) and doc.get("format") == FORMAT
+
+
+def write(doc: dict, path: Any, force: bool = False) -> Path:
     """Write atomically (a crash never leaves half a snapshot); returns the path. A symlink at
-    `path` is followed; a directory, FIFO or device there is refused (`destination`)."""
-    target = destination(path)
+    `path` is followed; a directory, FIFO or device there is refused, and so is a file that is
+    not a snapshot unless `force` (`destination`)."""
+    target = destination(path, force=force)
     text = dumps(doc).encode("utf-8")
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = target.with_name(target.name + ".tmp")
@@ -112,7 +138,7 @@ def write(doc: dict, path: Any) -> Path:
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(text)
-        destination(target)  # os.replace would put a regular file over whatever appeared since
+        destination(target, force=force)  # os.replace would put a file over what appeared since
         os.replace(tmp, target)
     except BaseException:
         with contextlib.suppress(OSError):
@@ -139,22 +165,28 @@ def is_snapshot_file(path: Any) -> bool:
     path = Path(path)
     if path.suffix != ".json":
         return False
-    try:
-        with open(path, encoding="utf-8", errors="replace") as f:
-            return MARKER in f.read(1 << 16)
-    except OSError:
+    try:  # a FIFO, device or directory named *.json is no snapshot, and is never opened
+        with open_regular(path, str(path)) as f:
+            return MARKER in f.read(1 << 16).decode("utf-8", errors="replace")
+    except (OSError, InvalidRequest):
         return False
 
 
 def load(path: Any) -> dict:
     """Read and check a snapshot; `SnapshotError` names the file and what is wrong."""
     path = Path(path)
+    what = f"snapshot {path}"
+    data = read_bytes(path, what, error=SnapshotError)
     try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
-    except OSError as e:
-        raise SnapshotError(f"cannot read snapshot {path}: {e}") from None
-    except ValueError as e:
-        raise SnapshotError(f"snapshot {path} is not valid JSON: {e}") from None
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise SnapshotError(f"{what} is not UTF-8 text (byte 0x{data[e.start]:02x} at offset "
+                            f"{e.start})") from None
+    try:
+        doc = parse_json(text, what)
+    except JSONRefused as e:  # worded as before for a syntax error: "... is not valid JSON"
+        raise SnapshotError(f"{what} is not valid JSON: {e.detail}" if e.kind == "syntax"
+                            else str(e)) from None
     return check(doc, str(path))
 
 
@@ -170,7 +202,7 @@ def check(doc: Any, where: str) -> dict:
                             "{\"spec\": \"package.module:attribute\"}")
     if not isinstance(pipeline["spec"], str):
         raise SnapshotError(f"{where}: \"pipeline\".\"spec\" must be a string like "
-                            "\"package.module:attribute\", not {pipeline['spec']!r}")
+                            f"\"package.module:attribute\", not {pipeline['spec']!r:.60}")
     steps = doc.get("steps")
     if not isinstance(steps, list) or not all(isinstance(s, dict) and s.get("node") for s in steps):
         raise SnapshotError(f"{where}: \"steps\" must be a list of steps, each with a \"node\"")
@@ -178,6 +210,9 @@ def check(doc: Any, where: str) -> dict:
         _check_step(step, f"{where}: step {i + 1} ({step['node']!r})")
     if not isinstance(doc.get("initial_state", {}), dict):
         raise SnapshotError(f"{where}: \"initial_state\" must be an object")
+    problem = json_problem(doc)  # a dict handed to replay() is not parsed by load()
+    if problem:
+        raise SnapshotError(f"{where}: {problem}")
     return doc
 
 
