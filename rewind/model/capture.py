@@ -1,314 +1,156 @@
-"""Metering of every openai client inside a step, the user's own `openai.OpenAI(...)` included.
+"""Recording one model call from its HTTP exchange: what was sent, what came back, its tokens.
 
-Owns `install()`: a wrapper, put once on the request path of openai's base clients
-(`SyncAPIClient.request`, `AsyncAPIClient.request`), that does nothing unless a step meter is
-active (`rewind.model.metering`). Inside a step, each `chat.completions.create` and `responses.create`
-call (streaming or not, sync or async) is recorded on the meter as a `ModelCall` and its tokens
-are the usage the server reported; a server that reports none is counted with o200k, marked
-`usage_reported=False`. The call keeps its raw reply (status, the headers that matter, the body
-or a stream's event frames, as `rewind.model.calls`'s tap sees the response come back), so the
-model-call cache and a snapshot replay can serve it again exactly, and whether it was `served`
-from a recording. The user changes no code: `install` runs when a meter opens, and
-`rewind.llm.chat` (which goes through the same client class) is metered by this same path.
-
-Limits: a stream is recorded when the caller finishes (or closes) iterating it (a stream
-closed before its end keeps no raw reply: served again it would end early); raw-response streams (`with_streaming_response`) are not read, so not metered; openai imported for the first
-time inside a node is hooked from the next step on.
+`Call` is made by the hook on the HTTP layer (`rewind.model.http`) for each model request a step
+sends, through any client. It watches the response as the client reads it (a plain reply is
+read already; a stream's bytes are teed as the SDK iterates them, decoded), and when the reply
+is complete (or the stream is closed, or the request failed) records a `ModelCall` on the step's
+meter: api, model, messages, params, reply text and tool calls, raw reply (status, headers that
+matter, body or event frames, to serve it again exactly), whether it was served from a
+recording, and tokens. Tokens are the usage the server reported; a reply with none (a stream
+without `include_usage`, an endpoint that reports none) is counted with o200k the way the
+simulator counts and marked `usage_reported=False`, which the step and the dashboard say.
+Nothing here ever breaks the user's call: a reply that does not parse records what it can.
 """
 
 from __future__ import annotations
 
-import functools
-import inspect
-import sys
-import threading
 import time
 from typing import Any, Optional
 
-from . import calls as transport
-from .metering import ModelCall, current_meter, on_meter_open, record_call
 from ..redaction import redact
-
-_APIS = (("/chat/completions", "chat.completions"), ("/responses", "responses"))
-_install_lock = threading.Lock()
-_installed = False
-
-
-def install() -> bool:
-    """Hook openai's clients (once, if openai is imported); True when the hook is in place."""
-    global _installed
-    if _installed:
-        return True
-    if "openai" not in sys.modules:
-        return False
-    with _install_lock:
-        if _installed:
-            return True
-        from openai import _base_client as base
-
-        base.SyncAPIClient.request = _wrap_sync(base.SyncAPIClient.request)
-        base.AsyncAPIClient.request = _wrap_async(base.AsyncAPIClient.request)
-        _installed = True
-    transport.install()  # the transport hook that shows this one each raw response
-    return True
+from . import calls, providers
+from .metering import ModelCall, record_call
+from .providers.sse import SSE
 
 
-on_meter_open(install)
+def _text_of(content: Any) -> str:
+    """The text inside a message's content, whatever its provider's spelling (blocks, parts)."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return " ".join(_text_of(c) for c in content)
+    if isinstance(content, dict):
+        for key in ("text", "content", "input", "parts"):
+            if key in content:
+                return _text_of(content[key])
+    return ""
 
 
-def _api_of(options: Any) -> Optional[str]:
-    if str(getattr(options, "method", "")).lower() != "post":
-        return None
-    url = str(getattr(options, "url", "") or "")
-    path = url.split("?", 1)[0].rstrip("/")
-    for suffix, api in _APIS:
-        if path.endswith(suffix):
-            return api
-    return None
+def estimate(messages: Any, text: str) -> tuple:
+    """(prompt, completion) tokens counted with o200k as OpenAI's chat accounting does."""
+    from .sim import count_prompt_tokens, count_tokens
+
+    norm = [{"role": str(m.get("role") or ""), "content": _text_of(m.get("content"))}
+            for m in (messages if isinstance(messages, list) else []) if isinstance(m, dict)]
+    return count_prompt_tokens(norm), count_tokens(text or "")
 
 
-def _jsonable(value: Any) -> Any:
-    if value is None or isinstance(value, (str, int, float, bool)):
-        return value
-    if isinstance(value, dict):
-        return {str(k): _jsonable(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_jsonable(v) for v in value]
-    dump = getattr(value, "model_dump", None)
-    if callable(dump):
-        return _jsonable(dump())
-    return str(value)
+class Call:
+    """One model request in flight: what was sent, and what has come back so far."""
 
-
-class _Call:
-    """One request in flight: what was sent, and what has come back so far."""
-
-    def __init__(self, api: str, options: Any, meter):
-        self.api, self.meter = api, meter
-        body = dict(getattr(options, "json_data", None) or {})
-        body.update(getattr(options, "extra_json", None) or {})
-        self.body = body
+    def __init__(self, api: str, body: dict, meter: Any):
+        self.api, self.body, self.meter = api, body, meter
         self.started = time.perf_counter()
-        self.parts: list = []
-        self.text: Optional[str] = None
-        self.usage = None
-        self.served = False
-        self._response: Any = None  # the last HTTP response of the call (a retry replaces it)
-        self._body: list = []
-        self._complete = False
+        self.served: Optional[dict] = None
+        self._response: Any = None
+        self._chunks: list = []
+        self._done = False
 
-    def tap(self, response: Any, served: Optional[dict]) -> None:
-        """See the HTTP response come back (`rewind.model.calls.tapping`): keep its body, or
-        tee its bytes as the SDK reads a stream (decoded bytes: the body is kept decoded)."""
-        self.served, self._response, self._body, self._complete = served is not None, response, [], False
-        try:
-            self._body, self._complete = [response.content], True  # read already: not a stream
+    def failed(self, error: BaseException) -> None:
+        """The request raised before a response (a connection refused, a timeout)."""
+        self._record(None, error=f"{type(error).__name__}: {error}")
+
+    def watch(self, response: Any, served: Optional[dict]) -> None:
+        """See `response` come back: record it now when it is read, else as it is read."""
+        if self.meter is None:
             return
+        self.served, self._response = served, response
+        try:
+            content = response.content  # read already: not a stream
         except Exception:  # noqa: BLE001 - httpx's ResponseNotRead: a stream, read later
-            pass
-        sync_iter, async_iter, call = response.iter_bytes, response.aiter_bytes, self
+            self._tee(response)
+            return
+        self._finish(content, complete=True)
+
+    def _tee(self, response: Any) -> None:
+        sync_iter, async_iter = response.iter_bytes, response.aiter_bytes
+        sync_close, async_close = response.close, response.aclose
+        call = self
 
         def iter_bytes(*args, **kwargs):
             for chunk in sync_iter(*args, **kwargs):
-                call._body.append(chunk)
+                call._chunks.append(chunk)
                 yield chunk
-            call._complete = True
+            call._finish(b"".join(call._chunks), complete=True)
 
         async def aiter_bytes(*args, **kwargs):
             async for chunk in async_iter(*args, **kwargs):
-                call._body.append(chunk)
+                call._chunks.append(chunk)
                 yield chunk
-            call._complete = True
+            call._finish(b"".join(call._chunks), complete=True)
+
+        def close():
+            try:
+                sync_close()
+            finally:
+                call._finish(b"".join(call._chunks), complete=False)
+
+        async def aclose():
+            try:
+                await async_close()
+            finally:
+                call._finish(b"".join(call._chunks), complete=False)
 
         response.iter_bytes, response.aiter_bytes = iter_bytes, aiter_bytes
+        response.close, response.aclose = close, aclose
 
-    def _raw(self) -> Optional[dict]:
-        if self._response is None:
-            return None
-        body = b"".join(self._body)
-        # the SDK stops reading a chat stream at its [DONE] frame: that is its end too
-        if not (self._complete or b"data: [DONE]" in body):
-            return None
-        try:
-            return transport.raw_reply(self._response.status_code, self._response.headers, body)
-        except Exception:  # noqa: BLE001 - metering must never break the user's call
-            return None
-
-    def _messages(self) -> list:
-        from . import sim
-        from .sim.responses import messages_of
-
-        try:
-            if self.api == "responses":
-                return messages_of(self.body)
-            return sim.normalize_messages(self.body.get("messages"))
-        except (ValueError, TypeError):
-            return _jsonable(self.body.get("messages") or self.body.get("input") or [])
-
-    def absorb(self, item: Any) -> None:
-        """Take what a streamed chunk or event carries: text deltas and the final usage."""
-        if self.api == "chat.completions":
-            for choice in getattr(item, "choices", None) or []:
-                delta = getattr(choice, "delta", None)
-                if getattr(choice, "index", 0) == 0 and delta is not None and getattr(delta, "content", None):
-                    self.parts.append(delta.content)
-            if getattr(item, "usage", None) is not None:
-                self.usage = item.usage
+    def _finish(self, content: bytes, complete: bool) -> None:
+        if self._done:
             return
-        kind = getattr(item, "type", "")
-        if kind == "response.output_text.delta":
-            self.parts.append(getattr(item, "delta", "") or "")
-        elif kind in ("response.completed", "response.incomplete", "response.failed"):
-            response = getattr(item, "response", None)
-            if response is not None:
-                self.usage = getattr(response, "usage", None)
-                self.text = getattr(response, "output_text", None)
+        response = self._response
+        status = int(getattr(response, "status_code", 0) or 0)
+        if status >= 400:
+            excerpt = content[:300].decode("utf-8", "replace")
+            self._record(None, error=f"HTTP {status}: {excerpt}")
+            return
+        headers = getattr(response, "headers", {}) or {}
+        streamed = SSE in str(headers.get("content-type") or "") or providers.is_stream_request(self.api, self.body)
+        # an SDK may stop reading at a stream's final frame ([DONE], response.completed,
+        # message_stop) and close it: that is its end too
+        complete = complete or providers.stream_ended(self.api, content)
+        reply = providers.read_reply(self.api, self.body, content, streamed)
+        raw = None
+        if complete:
+            try:
+                raw = calls.raw_reply(status or 200, headers, content)
+            except Exception:  # noqa: BLE001 - metering must never break the user's call
+                raw = None
+        self._record(reply, raw=raw)
 
-    def take(self, result: Any) -> None:
-        """Take a whole (non-streamed) response."""
-        if self.api == "chat.completions":
-            choices = getattr(result, "choices", None) or []
-            message = getattr(choices[0], "message", None) if choices else None
-            self.text = (getattr(message, "content", None) or "") if message is not None else ""
-        else:
-            self.text = getattr(result, "output_text", None) or ""
-        self.usage = getattr(result, "usage", None)
-
-    def finish(self, error: Optional[BaseException] = None) -> None:
-        from . import sim
-
-        text = self.text if self.text is not None else "".join(self.parts)
-        messages = self._messages()
-        usage, reported = self.usage, self.usage is not None
+    def _record(self, reply: Optional[providers.Reply], error: Optional[str] = None,
+                raw: Optional[dict] = None) -> None:
+        if self._done or self.meter is None:
+            return
+        self._done = True
+        request = providers.request_of(self.api, self.body)
+        latency_ms = (time.perf_counter() - self.started) * 1000
+        prompt = completion = 0
+        reported = reply is not None and reply.prompt_tokens is not None
         if reported:
-            prompt = getattr(usage, "prompt_tokens", None)
-            if prompt is None:
-                prompt = getattr(usage, "input_tokens", 0)
-            completion = getattr(usage, "completion_tokens", None)
-            if completion is None:
-                completion = getattr(usage, "output_tokens", 0)
-        elif error is None:
-            # No usage from the server (a stream without include_usage, a minimal compatible
-            # server): an o200k count, so a step that called a model never looks free.
-            norm = messages if isinstance(messages, list) and all(isinstance(m, dict) for m in messages) else []
-            prompt, completion = sim.count_prompt_tokens(norm), sim.count_tokens(text)
-        else:
-            prompt = completion = 0
-        params = {k: _jsonable(v) for k, v in self.body.items()
-                  if k not in ("model", "messages", "input", "instructions")}
+            prompt, completion = reply.prompt_tokens or 0, reply.completion_tokens or 0
+        elif reply is not None:
+            # no usage from the server: an o200k count (Rewind's own work, not the node's
+            # latency), so a step that called a model never looks free
+            t0 = time.perf_counter()
+            prompt, completion = estimate(request["messages"], reply.text)
+            self.meter.init_ms += (time.perf_counter() - t0) * 1000
         record_call(ModelCall(
-            api=self.api, model=str(self.body.get("model") or ""), messages=_jsonable(messages),
-            params=params, response_text=text, prompt_tokens=int(prompt or 0),
-            completion_tokens=int(completion or 0),
-            latency_ms=(time.perf_counter() - self.started) * 1000, usage_reported=reported,
-            error=None if error is None else redact(f"{type(error).__name__}: {error}"),
-            served=self.served, raw=None if error is not None else self._raw(),
+            api=self.api, model=request["model"], messages=request["messages"],
+            params=request["params"], response_text=reply.text if reply is not None else "",
+            prompt_tokens=int(prompt), completion_tokens=int(completion), latency_ms=latency_ms,
+            usage_reported=reported, error=None if error is None else redact(error),
+            served=self.served is not None, raw=raw,
+            tool_calls=list(reply.tool_calls) if reply is not None else [],
+            stop_reason=reply.stop_reason if reply is not None else None,
+            usage=reply.usage if reply is not None else None,
         ), self.meter)
-
-
-def _is_stream(result: Any) -> bool:
-    from openai import AsyncStream, Stream
-
-    return isinstance(result, (Stream, AsyncStream))
-
-
-def _is_raw(result: Any) -> bool:
-    from openai._legacy_response import LegacyAPIResponse
-    from openai._response import BaseAPIResponse
-
-    return isinstance(result, (LegacyAPIResponse, BaseAPIResponse))
-
-
-def _tee_sync(iterator, call: _Call):
-    error = None
-    try:
-        for item in iterator:
-            call.absorb(item)
-            yield item
-    except GeneratorExit:
-        raise
-    except BaseException as e:
-        error = e
-        raise
-    finally:
-        call.finish(error)
-
-
-async def _tee_async(iterator, call: _Call):
-    error = None
-    try:
-        async for item in iterator:
-            call.absorb(item)
-            yield item
-    except GeneratorExit:
-        raise
-    except BaseException as e:
-        error = e
-        raise
-    finally:
-        call.finish(error)
-
-
-def _observe(call: _Call, result: Any) -> Any:
-    if _is_stream(result):
-        tee = _tee_async if hasattr(result._iterator, "__anext__") else _tee_sync
-        result._iterator = tee(result._iterator, call)
-        return result
-    if _is_raw(result):
-        if getattr(result, "_stream", False) or inspect.iscoroutinefunction(getattr(result, "parse", None)):
-            return result  # a raw stream, or an async raw response: its body is the caller's to read
-        try:
-            call.take(result.parse())
-        except Exception:  # noqa: BLE001 - metering must never break the user's call
-            pass
-        call.finish()
-        return result
-    call.take(result)
-    call.finish()
-    return result
-
-
-def _wrap_sync(original):
-    if getattr(original, "_rewind_metered", False):
-        return original
-
-    @functools.wraps(original)
-    def request(self, cast_to, options, *args, **kwargs):
-        meter = current_meter()
-        api = _api_of(options) if meter is not None else None
-        if api is None:
-            return original(self, cast_to, options, *args, **kwargs)
-        call = _Call(api, options, meter)
-        try:
-            with transport.tapping(call.tap):
-                result = original(self, cast_to, options, *args, **kwargs)
-        except BaseException as e:
-            call.finish(e)
-            raise
-        return _observe(call, result)
-
-    request._rewind_metered = True
-    return request
-
-
-def _wrap_async(original):
-    if getattr(original, "_rewind_metered", False):
-        return original
-
-    @functools.wraps(original)
-    async def request(self, cast_to, options, *args, **kwargs):
-        meter = current_meter()
-        api = _api_of(options) if meter is not None else None
-        if api is None:
-            return await original(self, cast_to, options, *args, **kwargs)
-        call = _Call(api, options, meter)
-        try:
-            with transport.tapping(call.tap):
-                result = await original(self, cast_to, options, *args, **kwargs)
-        except BaseException as e:
-            call.finish(e)
-            raise
-        return _observe(call, result)
-
-    request._rewind_metered = True
-    return request

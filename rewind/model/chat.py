@@ -24,7 +24,6 @@ import time
 from collections.abc import Iterable
 from typing import Any, Iterator, Optional
 
-from . import capture
 from . import sim
 from ..errors import ProviderError
 from ..redaction import redact, redact_url
@@ -435,14 +434,12 @@ def chat(
 ) -> str:
     """Send a chat completion; return the assistant's text and meter its tokens.
 
-    Tokens and the call's record go to the running step through `rewind.model.capture`, the same
-    path that meters a user's own openai client (nothing is recorded outside a step).
+    Tokens and the call's record go to the running step through the hook on the HTTP layer
+    (`rewind.model.http`), the same path that meters a user's own clients (nothing is recorded
+    outside a step).
     Any failure after the SDK's own retries is a `ProviderError` saying which endpoint, which
     model and what went wrong, without the API key.
     """
-    import openai
-
-    capture.install()  # the tokens of this call are metered on the request path
     if isinstance(messages, (str, bytes)) or not isinstance(messages, Iterable):
         raise ProviderError("chat() takes a list of messages like [{'role': 'user', 'content': '...'}]")
     if isinstance(model, str) and not model.strip():  # else the default would answer, unsaid
@@ -454,6 +451,8 @@ def chat(
         meter = current_meter()
         if meter is not None:
             meter.init_ms += init_s * 1000
+    import openai  # after warm_up, which paid for its first import outside the step's latency
+
     cfg = _resolve()
     name = _effective_model(model, cfg)
     kwargs: dict = {"model": name, "messages": msgs}

@@ -1,7 +1,7 @@
 """Which step is running right now, the tokens it has spent and the model calls it made.
 
 The engine opens a `StepMeter` around every node execution; `record_usage` (and `record_call`,
-used by `rewind.model.capture` for every call through an openai client, `rewind.llm.chat`'s
+used by `rewind.model.capture` for every model call through any client, `rewind.llm.chat`'s
 included) add into the innermost one. Outside a step nothing is recorded and nothing is raised:
 the same node code runs in plain Burr, in tests and in an audit.
 """
@@ -32,7 +32,7 @@ def _token_count(value: Any, field: str) -> int:
 class ModelCall:
     """One model request made during a step, as the dashboard shows it."""
 
-    api: str                   # "chat.completions" or "responses"
+    api: str                   # "chat.completions", "responses", "anthropic.messages", ...
     model: str
     messages: list             # [{role, content}] as sent (a Responses `input` as messages)
     params: dict               # every other request field: temperature, seed, max_tokens, stream...
@@ -47,6 +47,9 @@ class ModelCall:
     # the reply as it came off the wire, {status, headers, body | body_b64}, to serve it again
     # exactly (`rewind.model.calls.raw_reply`); None for a failed or unfinished call
     raw: Optional[dict] = None
+    tool_calls: list = dataclasses.field(default_factory=list)  # [{name, arguments}] the reply asked for
+    stop_reason: Optional[str] = None  # why the reply ended (stop, tool_calls, end_turn, ...)
+    usage: Optional[dict] = None       # the usage object as the server reported it (cache tokens...)
 
     @property
     def tokens(self) -> int:
@@ -82,7 +85,7 @@ class StepMeter:
 _current: contextvars.ContextVar[Optional[StepMeter]] = contextvars.ContextVar(
     "rewind_step_meter", default=None
 )
-# Run each time a meter opens, before the node: `rewind.model.capture` registers its installer
+# Run each time a meter opens, before the node: `rewind.model.http` registers its installer
 # here so that a user's openai client is hooked even if openai was imported after rewind.
 _on_open: list = []
 
