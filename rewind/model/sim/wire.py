@@ -1,4 +1,5 @@
-"""OpenAI's wire format for the offline model, independent of any transport.
+"""OpenAI's wire format for the offline model (and the route to Anthropic's, `sim.anthropic`),
+independent of any transport.
 
 Owns `dispatch(method, path, body) -> SimResponse` (the routes, and the chat completions
 endpoint's JSON bodies and server-sent events; `responses` owns the Responses API's), and
@@ -17,7 +18,7 @@ import re
 import time
 from typing import Any, Iterator
 
-from . import controls, responses
+from . import anthropic, controls, responses
 from .envelope import SimResponse, error as _error, json_response as _json
 from .model import MODELS, Completion, complete
 from .sampling import normalize_messages
@@ -140,7 +141,8 @@ def _sse_events(ident: str, model: str, results: list, usage: dict, include_usag
 def dispatch(method: str, path: str, body: bytes = b"") -> SimResponse:
     """Serve one request of the OpenAI API subset the simulator speaks.
 
-    POST /v1/chat/completions, POST /v1/responses, GET /v1/models, GET /v1/models/{id}. The /v1 prefix is optional,
+    POST /v1/chat/completions, POST /v1/responses, POST /v1/messages (Anthropic's Messages API),
+    GET /v1/models, GET /v1/models/{id}. The /v1 prefix is optional,
     so a base URL given without it still works. POST /_simulator/errors {"statuses": [...]}
     and GET /_simulator/stats control an out-of-process server.
     """
@@ -161,6 +163,10 @@ def dispatch(method: str, path: str, body: bytes = b"") -> SimResponse:
         if method != "POST":
             return _error(405, f"Method {method} not allowed on {path}")
         return responses.create(body)
+    if route == "/messages":  # Anthropic's Messages API
+        if method != "POST":
+            return anthropic.error(405, f"Method {method} not allowed on {path}")
+        return anthropic.create(body)
     if route == "/models" and method == "GET":
         return _json(200, {"object": "list", "data": [_model_entry(m) for m in MODELS]})
     if route.startswith("/models/") and method == "GET":
