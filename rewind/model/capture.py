@@ -100,21 +100,19 @@ class Call:
             finally:
                 call._finish(b"".join(call._chunks), complete=complete)
 
-        # httpx closes a response from inside its last read, before the decoded bytes reach
-        # the reader: a close after the body was read leaves the recording to the reader
+        # httpx closes a response from inside its last read: a close after the body was read to
+        # its end is a whole reply (the reader has the decoded bytes, or is about to)
         def close():
             try:
                 sync_close()
             finally:
-                if not consumed():
-                    call._finish(b"".join(call._chunks), complete=False)
+                call._finish(b"".join(call._chunks), complete=consumed())
 
         async def aclose():
             try:
                 await async_close()
             finally:
-                if not consumed():
-                    call._finish(b"".join(call._chunks), complete=False)
+                call._finish(b"".join(call._chunks), complete=consumed())
 
         response.iter_bytes, response.aiter_bytes = iter_bytes, aiter_bytes
         response.close, response.aclose = close, aclose

@@ -97,20 +97,25 @@ def _answer(request: Any, api: str, body: dict) -> tuple:
     return (response, served) if response is not None else (None, None)
 
 
+def _begin(request: Any) -> Optional[Any]:
+    """The `capture.Call` of a model request to watch here, or None (let it through untouched:
+    no step is metering and no source is serving, a send inside a send, not a model call)."""
+    meter = current_meter()
+    if (meter is None and calls.active_source() is None) or _in_send.get():
+        return None
+    seen = _model_request(request)
+    return capture.Call(seen[0], seen[1], meter) if seen is not None else None
+
+
 def _wrap_sync(original):
     @functools.wraps(original)
     def send(self, request, *args, **kwargs):
-        meter = current_meter()
-        if (meter is None and calls.active_source() is None) or _in_send.get():
+        call = _begin(request)
+        if call is None:
             return original(self, request, *args, **kwargs)
-        seen = _model_request(request)
-        if seen is None:
-            return original(self, request, *args, **kwargs)
-        api, body = seen
-        call = capture.Call(api, body, meter)
         token = _in_send.set(True)
         try:
-            response, served = _answer(request, api, body)
+            response, served = _answer(request, call.api, call.body)
             if response is None:
                 response = original(self, request, *args, **kwargs)
         except BaseException as e:
@@ -128,17 +133,12 @@ def _wrap_sync(original):
 def _wrap_async(original):
     @functools.wraps(original)
     async def send(self, request, *args, **kwargs):
-        meter = current_meter()
-        if (meter is None and calls.active_source() is None) or _in_send.get():
+        call = _begin(request)
+        if call is None:
             return await original(self, request, *args, **kwargs)
-        seen = _model_request(request)
-        if seen is None:
-            return await original(self, request, *args, **kwargs)
-        api, body = seen
-        call = capture.Call(api, body, meter)
         token = _in_send.set(True)
         try:
-            response, served = _answer(request, api, body)
+            response, served = _answer(request, call.api, call.body)
             if response is None:
                 response = await original(self, request, *args, **kwargs)
         except BaseException as e:
