@@ -94,3 +94,27 @@ print(json.dumps([run.status, fork.status, "openai" in sys.modules]))
                          env={**os.environ, "PYTHONPATH": ROOT})
     assert out.returncode == 0, out.stderr[-2000:]
     assert json.loads(out.stdout.strip().splitlines()[-1]) == ["completed", "completed", False]
+
+
+def test_start_up_paid_when_a_meter_opens_is_never_the_nodes_latency(tmp_path, monkeypatch):
+    # a one-time hook (the HTTP capture's install: imports) that takes 10 s by the clock
+    import time as time_module
+
+    from rewind.model import metering as metering_module
+
+    real, offset = time_module.perf_counter, [0.0]
+    monkeypatch.setattr(time_module, "perf_counter", lambda: real() + offset[0])
+
+    def slow_start_up():
+        offset[0] += 10.0
+
+    monkeypatch.setattr(metering_module, "_on_open", [*metering_module._on_open, slow_start_up])
+
+    @rewind.action(reads=["x"], writes=["y"])
+    def a(state):
+        return state.update(y=state["x"] + 1)
+
+    graph = GraphBuilder().with_actions(a=a).build()
+    run = rewind.Rewind(str(tmp_path / "r.db")).run(rewind.Pipeline(name="p", graph=graph, entrypoint="a"), {"x": 1})
+    assert offset[0] == 10.0 and run.status == "completed"
+    assert run.steps[0].latency_ms < 5000  # the 10 s of start-up were not charged to the node

@@ -25,7 +25,6 @@ import importlib
 import importlib.util
 import json
 import threading
-import time
 from typing import Any, Optional
 
 from . import calls, capture, providers
@@ -38,10 +37,8 @@ _in_send: contextvars.ContextVar = contextvars.ContextVar("rewind_in_http_send",
 
 
 def install() -> None:
-    """Wrap `send` of each HTTP library installed here (once; importing one counts as the
-    step's start-up time, never its latency)."""
-    started = time.perf_counter()
-    done = False
+    """Wrap `send` of each HTTP library installed here (once; run when a step's meter opens,
+    which counts it as start-up time, never the node's latency)."""
     for name in _LIBS:
         if importlib.util.find_spec(name) is None:
             continue
@@ -51,10 +48,6 @@ def install() -> None:
                 with _lock:
                     if not getattr(cls.send, "_rewind_http", False):
                         cls.send = wrap(cls.send)
-                        done = True
-    meter = current_meter()
-    if done and meter is not None:
-        meter.init_ms += (time.perf_counter() - started) * 1000
 
 
 on_meter_open(install)

@@ -9,6 +9,7 @@ the same node code runs in plain Burr, in tests and in an audit.
 from __future__ import annotations
 
 import contextlib
+import time
 import contextvars
 import dataclasses
 from typing import Any, Callable, Iterator, Optional
@@ -101,8 +102,10 @@ def current_meter() -> Optional[StepMeter]:
 
 @contextlib.contextmanager
 def metering(meter: StepMeter) -> Iterator[StepMeter]:
-    for fn in _on_open:
+    started = time.perf_counter()
+    for fn in _on_open:  # one-time hooks (the HTTP capture): start-up, not the node's latency
         fn()
+    meter.init_ms += (time.perf_counter() - started) * 1000
     token = _current.set(meter)
     try:
         yield meter
