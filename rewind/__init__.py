@@ -67,6 +67,7 @@ from .models import AuditReport, AuditRow, DiffRow, Run, RunStatus, Step, StepSt
 
 from .model import chat as llm  # noqa: E402  (rewind.llm.chat is part of the public contract)
 from .batch import BatchReport, BatchRow  # noqa: E402
+from .analysis.blame import BlameReport, BlameRow  # noqa: E402
 
 _sys.modules["rewind.llm"] = llm  # `import rewind.llm` is this same module
 
@@ -76,5 +77,5 @@ __all__ = [
     "IntegrityError", "ProviderError", "canonical_hash", "record_usage", "Run", "Step",
     "TrajectoryDiff", "DiffRow", "AuditReport", "AuditRow", "llm", "register_type",
     "RunStatus", "StepStatus", "UserError", "OperationError", "CorpusError", "CommitError",
-    "BatchReport", "BatchRow", "ReadOnlyError",
+    "BatchReport", "BatchRow", "ReadOnlyError", "BlameReport", "BlameRow",
 ]

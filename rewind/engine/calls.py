@@ -80,7 +80,8 @@ def for_step(ctx: Any, spec: Any) -> Optional[ModelCallCache]:
     """The cache a visit's model calls may be served from, or None (they all go out)."""
     from ..keys import SIDE_EFFECT, TIME_BOUND
 
-    if not ctx.use_cache or spec.policy.determinism == SIDE_EFFECT or active_source() is not None:
+    if (not ctx.use_cache or spec.node in ctx.resample or spec.policy.determinism == SIDE_EFFECT
+            or active_source() is not None):
         return None  # a snapshot replay's cassette, if active, answers instead
     from ..model import chat as llm
 

@@ -122,8 +122,12 @@ class ExecutionContext:
         on_step: Optional[Callable[[Step], None]] = None,
         inputs: Optional[dict] = None,
         owner: Optional[str] = None,
+        resample: Any = (),
     ):
         self.store = store
+        # nodes re-sampled (a blame trial): executed afresh, neither their node cache nor their
+        # model calls served, however unchanged their inputs
+        self.resample = frozenset(resample or ())
         self.owner = owner
         self.run_id = run_id
         self.pipeline = pipeline

@@ -187,12 +187,19 @@ def fork_run(store: Any, heartbeat: Heartbeat, pipeline: Any, parent_row: dict, 
              edit: Optional[dict] = None, params: Optional[dict] = None,
              inputs: Optional[dict] = None, allow_side_effects: bool = False,
              occurrence: int = 1, use_cache: bool = True,
-             on_step: Optional[Callable] = None, owner: Optional[str] = None) -> Run:
+             on_step: Optional[Callable] = None, owner: Optional[str] = None,
+             resample: Any = (), resample_params: Optional[dict] = None) -> Run:
     """Fork `parent_row`'s run at the `occurrence`-th visit of `at`; bad requests raise
-    `RewindError` and write nothing."""
+    `RewindError` and write nothing. `resample`: nodes executed afresh from `at` on (a blame
+    trial), with `resample_params` set on each of them that takes them."""
     edit, params = dict(edit or {}), dict(params or {})
     run_id = parent_row["id"]
     _check_request(pipeline, at, edit, params, occurrence)
+    resample = frozenset(resample or ())
+    unknown = sorted(resample - set(pipeline.actions))
+    if unknown:
+        raise InvalidRequest(f"resample: pipeline {pipeline.name!r} has no node "
+                             f"{', '.join(repr(n) for n in unknown)}", node=unknown[0], field="resample")
     parent_rows, steps = parent_trajectory(store, parent_row)
     visits = [i for i, s in enumerate(steps) if s.node == at]
     if len(visits) >= occurrence:
@@ -212,12 +219,16 @@ def fork_run(store: Any, heartbeat: Heartbeat, pipeline: Any, parent_row: dict, 
     overrides = normalize_overrides(json.loads(parent_row["params_json"]) if parent_row["params_json"] else {})
     if params:
         overrides.setdefault(at, []).append([occurrence, dict(params)])
+    for node in sorted(resample):  # a wider sampling of every re-sampled node that takes it
+        taken = {k: v for k, v in (resample_params or {}).items() if k in pipeline.param_names(node)}
+        if taken:
+            overrides.setdefault(node, []).append([1, taken])
     done = {(s.node, s.occurrence) for s in prior} | {(at, occurrence)}
     ctx = ExecutionContext(
         store, fork_id, pipeline, use_cache=use_cache,
         dry_run_side_effects=not allow_side_effects, allow_side_effects=allow_side_effects,
         param_overrides=overrides, parent_steps={(s.node, s.occurrence): s for s in steps},
-        parent_id=run_id, prior_steps=[], on_step=on_step, owner=owner,
+        parent_id=run_id, prior_steps=[], on_step=on_step, owner=owner, resample=resample,
     )
     ctx.replay_edits = lineage_edits(store, parent_row, done)
     halts = replay_turns(ctx, parent_row, steps, index, (at, occurrence), inputs)

@@ -217,7 +217,7 @@ class ReplayAction(SingleStepAction):
                 ctx.commit()
                 entry = ctx.store.cache_get(node, key)
             visit.entry = entry
-            if entry is not None and ctx.use_cache:
+            if entry is not None and ctx.use_cache and node not in ctx.resample:
                 visit.expired = is_expired(spec.policy, entry)
                 if not visit.expired:
                     visit.outputs = self._serve(ctx, record, entry, state)
@@ -353,6 +353,8 @@ class ReplayAction(SingleStepAction):
             record.reason = f"{spec.node} ran again because {changed}"
         if record.integrity_note:
             record.reason += f" (cache entry rejected: {record.integrity_note})"
+        if spec.node in ctx.resample and policy.cacheable:
+            record.reason = f"{spec.node} re-sampled (a blame trial): cache and model calls bypassed"
         meter = StepMeter(node=spec.node, tool_store=ctx.store if ctx.use_cache else None)
         calls = model_call_cache(ctx, spec)
         try:
