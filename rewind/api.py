@@ -293,11 +293,14 @@ class Rewind:
     def fork(self, run_id: str, at: str, edit: Optional[dict] = None,
              params: Optional[dict] = None, allow_side_effects: bool = False,
              occurrence: int = 1, use_cache: bool = True, *, inputs: Optional[dict] = None,
-             on_step: Optional[Callable[[Step], None]] = None) -> Run:
+             on_step: Optional[Callable[[Step], None]] = None, resample: Any = (),
+             resample_params: Optional[dict] = None) -> Run:
         """Fork a run at the `occurrence`-th visit of node `at`, change some of the fields it
         reads (`edit`), its own params or its runtime `inputs`, and replay what the change
-        reaches; later steps get the runtime inputs recorded for them. Bad requests raise
-        `RewindError` and write nothing."""
+        reaches; later steps get the runtime inputs recorded for them. `resample`: nodes that
+        execute afresh from `at` on whatever their inputs (a blame trial), with
+        `resample_params` on those that take them. Bad requests raise `RewindError` and write
+        nothing."""
         self.store.require_writable("fork a run")
         with self.store.snapshot_reads():  # fork_run ends it when its execution starts
             parent_row = self._run_row(run_id)
@@ -305,7 +308,7 @@ class Rewind:
                            parent_row, at, edit=edit, params=params, inputs=inputs,
                            allow_side_effects=allow_side_effects, occurrence=occurrence,
                            use_cache=use_cache, on_step=self._sinks.wrap(self, on_step),
-                           owner=self.owner)
+                           owner=self.owner, resample=resample, resample_params=resample_params)
         return self._sinks.finished(self, run)
 
     def plan_fork(self, run_id: str, at: str, edit: Optional[dict] = None,
@@ -378,6 +381,23 @@ class Rewind:
         from .analysis.audit import audit_run
 
         return audit_run(self, self.get_run(run_id), repeats, on_progress=on_progress)
+
+    def blame(self, run_id: str, outcome: Callable[[dict], bool], *, executor: str = "local",
+              workers: Optional[int] = None, **kwargs: Any) -> Any:
+        """The step that decided a failed run, by re-rolling it from its steps -> `BlameReport`
+        (samples, strategy, resample, params, budget_tokens, on_progress: rewind.analysis.blame)."""
+        from .analysis.blame import blame
+
+        _local_only(executor)
+        return blame(self, run_id, outcome, **kwargs)
+
+    def blame_many(self, run_ids: Any, outcome: Callable[[dict], bool], *, executor: str = "local",
+                   workers: Optional[int] = None, **kwargs: Any) -> dict:
+        """`blame` for each run, and how often each node was decisive."""
+        from .analysis.blame import blame_many
+
+        _local_only(executor)
+        return blame_many(self, list(run_ids), outcome, **kwargs)
 
     def snapshot(self, run_id: str, path: Any, repeats: int = 3,
                  pipeline_spec: Optional[str] = None, force: bool = False) -> Any:
@@ -462,3 +482,11 @@ class Rewind:
 for _name, _method in list(vars(Rewind).items()):
     if callable(_method) and not _name.startswith("_") and _name not in ("close", "register"):
         setattr(Rewind, _name, _database_errors(_method))
+
+
+def _local_only(executor: str) -> None:
+    # blame forks through this handle, one trial after another; the batch executors are not
+    # wired to it yet
+    if executor != "local":
+        raise InvalidRequest(f"executor={executor!r}: blame runs its trials in this process "
+                             "(executor='local')", field="executor")
