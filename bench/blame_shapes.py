@@ -1,4 +1,5 @@
-"""Pipelines with a fault injected at a known step, for blame's tests (and its benchmark).
+"""Pipelines with a fault injected at a known step, for blame's benchmark (bench/blame.py) and
+its tests (tests/test_blame.py).
 
 `chain(n, fault_at, symptom_at=None, p_bad=0.25)`: n model-like steps s0..s{n-1} (each meters
 tokens, as a model call would). Step `fault_at` draws a bad sample with probability `p_bad`
@@ -6,7 +7,8 @@ tokens, as a model call would). Step `fault_at` draws a bad sample with probabil
 hidden flag; the last step writes `ok = not flag`. With `symptom_at`, the step there raises when
 the flag is set: the failure shows at the symptom, but was decided at the fault. `doomed=True`
 in the initial state makes every run fail whatever is re-sampled. The draws come from one
-seeded generator (`reseed`), so a test's trials are the same every time it runs.
+seeded generator (`reseed`), so a test's trials are the same every time it runs (the benchmark
+reseeds it per run).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Rewind: fork a finished Burr run at any node, change one input, replay only what it
 reaches (unchanged nodes come from a content-addressed cache), and diff the trajectories.
 
-The packages (see the README's architecture map): `keys` (what a node's key depends on),
+The packages (see docs/architecture.md): `keys` (what a node's key depends on),
 `model` (model calls: chat, capture, metering, the call cache, the offline simulator),
 `engine`, `store`, `analysis`, `batch`, `integrations`, `testing`, `maintenance`, `pipelines`,
 `cli`. Modules that moved into `keys` and `model` keep their old names (`rewind.hashing`,

@@ -12,7 +12,7 @@ import rewind
 from rewind.analysis.blame_stats import decisive_index, wilson
 from rewind.errors import InvalidRequest, UserError
 
-import blame_shapes as shapes
+from bench import blame_shapes as shapes
 
 
 @pytest.fixture
