@@ -160,6 +160,11 @@ class Rewind:
         self._inherited_costs(row, steps)
         return Run.from_row(row, steps=steps)
 
+    def resolve_run_id(self, prefix: str) -> str:
+        """The full id of the run `prefix` names: an exact id, or a unique prefix (4+ characters)
+        of a run this handle may see. NotFound for none; InvalidRequest listing the matches."""
+        return self.store.resolve_run_id(prefix, owner=self._owner_filter)
+
     def _inherited_costs(self, row: dict, steps: list) -> None:
         """Give inherited steps the cost they had in the run they come from (rewind.costs).
         Walked up the lineage in a loop, then down from the oldest ancestor: a fork of a fork

@@ -19,6 +19,9 @@
     rewind snapshot RUN --to tests/rewind/NAME.json [--repeats K]
     rewind replay tests/rewind/NAME.json [--record none|new|all]
 
+RUN (and A, B, --runs) is a run id or any unique prefix of one of at least 4 characters, as git
+takes a commit: an ambiguous prefix is refused, naming the runs it matches.
+
 Global: `--db URL` (default: `REWIND_DB`, else ./rewind.db). `REWIND_PIPELINES="pkg.mod:attr,..."`
 registers more pipelines; the research demo is always registered.
 

@@ -16,7 +16,7 @@ from ..errors import InvalidRequest
 from .inputs import add_change_flags, parse_changes
 from .output import Progress, cut, dumps, shown, table
 from .parser import int_in
-from .handle import open_rewind
+from .handle import open_rewind, run_id
 
 EXIT_OK = 0
 MAX_RUN_IDS = 100_000
@@ -87,6 +87,8 @@ def cmd_batch(args: Any, out: Any) -> int:
     from ..batch import batch_fork, plan_batch
 
     with open_rewind(args) as rw:
+        if runs is not None:  # ids or unique prefixes of them, each resolved once
+            runs = [run_id(rw, r) for r in runs]
         if args.plan:
             _print_plan(plan_batch(rw, args.at, runs=runs, pipeline=args.pipeline, status=status,
                                    limit=args.limit, edit=edit, params=params,
@@ -117,7 +119,8 @@ def add_commands(add) -> None:
     sp.add_argument("--at", required=True, metavar="NODE", help="the node to fork every run at")
     sp.add_argument("--pipeline", metavar="P",
                     help="the runs of this pipeline (a registered name or package.module:attr)")
-    sp.add_argument("--runs", metavar="ID,...", help="these runs instead (comma-separated ids)")
+    sp.add_argument("--runs", metavar="ID,...",
+                    help="these runs instead (comma-separated ids, or unique prefixes of ids)")
     sp.add_argument("--status", default="completed",
                     choices=("completed", "failed", "halted", "interrupted", "any"),
                     help="with --pipeline: runs of this status (default: completed)")
@@ -130,9 +133,10 @@ def add_commands(add) -> None:
                          "a fork; in the demo, verify's `verification`)")
     sp.add_argument("--noise-samples", type=int_in(0, 200), default=0, metavar="K",
                     help="re-sample re-executed nodes K times: within or beyond noise")
-    sp.add_argument("--executor", choices=("local", "ray"), default="local")
+    sp.add_argument("--executor", choices=("local", "ray"), default="local",
+                    help="local: a process pool on this machine (default); ray: a Ray cluster")
     sp.add_argument("--workers", type=int_in(1, 256), default=None, metavar="K",
                     help="worker processes (default: the CPU count)")
     sp.add_argument("--address", metavar="URL", help="with --executor ray: an existing cluster")
     sp.add_argument("--plan", action="store_true", help="print the fork plan only; fork nothing")
-    sp.add_argument("--json", action="store_true")
+    sp.add_argument("--json", action="store_true", help="the batch report as JSON")

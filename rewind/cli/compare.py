@@ -11,7 +11,7 @@ from .output import (
     Progress, cut, dumps, node_label, one_line, progress_for, shown, short_hash, table,
 )
 from .parser import int_in
-from .handle import finish_run, open_rewind
+from .handle import add_run_argument, finish_run, open_rewind, run_id
 
 EXIT_OK = 0
 
@@ -20,7 +20,7 @@ def cmd_fork(args, out) -> int:
     # Parse every flag before touching the store: bad input writes nothing.
     edit, params = parse_changes(args)
     with open_rewind(args) as rw:
-        parent = rw.get_run(args.run)
+        parent = rw.get_run(run_id(rw, args.run))
         if args.plan:
             return _print_plan(rw.plan_fork(parent.id, at=args.at, edit=edit, params=params,
                                             occurrence=args.occurrence,
@@ -77,7 +77,7 @@ def cmd_diff(args, out) -> int:
         if progress is not None:
             kwargs["on_progress"] = progress.callback()
         with shown(progress):
-            d = rw.diff(args.a, args.b, **kwargs)
+            d = rw.diff(run_id(rw, args.a), run_id(rw, args.b), **kwargs)
     if args.json:
         print(dumps(dataclasses.asdict(d)), file=out)
         return EXIT_OK
@@ -113,7 +113,7 @@ def cmd_audit(args, out) -> int:
     with open_rewind(args) as rw:
         progress = None if args.quiet else Progress()
         with shown(progress):
-            report = rw.audit(args.run, repeats=args.repeats,
+            report = rw.audit(run_id(rw, args.run), repeats=args.repeats,
                               on_progress=progress.callback() if progress else None)
     if args.json:
         print(dumps(dataclasses.asdict(report)), file=out)
@@ -132,8 +132,11 @@ def cmd_audit(args, out) -> int:
 
 def add_commands(add) -> None:
     sp = add("fork", cmd_fork, "fork a run at a node, change one thing, replay", quiet=True)
-    sp.add_argument("run", metavar="RUN")
-    sp.add_argument("--at", required=True, metavar="NODE")
+    add_run_argument(sp, help="the run to fork: a run id, or any unique prefix of one (at "
+                              "least 4 characters)")
+    sp.add_argument("--at", required=True, metavar="NODE",
+                    help="the node to fork at: it and what it reaches re-run with the change, "
+                         "the steps before it are inherited (see `show RUN` for the nodes)")
     sp.add_argument("--occurrence", type=int_in(1, 10**6), default=1, metavar="N",
                     help="fork at the N-th visit of NODE (loops)")
     add_change_flags(sp)
@@ -146,14 +149,17 @@ def add_commands(add) -> None:
                          "over REWIND_CONFIRM_TOKENS)")
 
     sp = add("diff", cmd_diff, "compare two runs step by step", quiet=True)
-    sp.add_argument("a", metavar="A")
-    sp.add_argument("b", metavar="B")
+    add_run_argument(sp, "a", "A", help="the first run (e.g. the parent): an id or a unique "
+                                        "prefix of one")
+    add_run_argument(sp, "b", "B", help="the second run (e.g. the fork): an id or a unique "
+                                        "prefix of one")
     sp.add_argument("--noise-samples", type=int_in(0, 1000), default=0, metavar="K",
                     help="re-sample re-executed nodes K times to tell a change from jitter")
     sp.add_argument("--changes", action="store_true", help="print what changed in each diverged step")
-    sp.add_argument("--json", action="store_true")
+    sp.add_argument("--json", action="store_true", help="the whole diff as JSON")
 
     sp = add("audit", cmd_audit, "re-execute every step to find nondeterministic nodes", quiet=True)
-    sp.add_argument("run", metavar="RUN")
-    sp.add_argument("--repeats", type=int_in(1, 1000), default=3, metavar="K")
-    sp.add_argument("--json", action="store_true")
+    add_run_argument(sp)
+    sp.add_argument("--repeats", type=int_in(1, 1000), default=3, metavar="K",
+                    help="re-execute each step K times (default 3)")
+    sp.add_argument("--json", action="store_true", help="the audit report as JSON")

@@ -1,6 +1,7 @@
 """What every command that touches the store shares: opening the `Rewind` handle `--db` names,
-resolving `--pipeline` (a registered name or `package.module:attribute`), and the exit code of a
-run a command started (0 when it completed, 1 otherwise).
+resolving `--pipeline` (a registered name or `package.module:attribute`), the `RUN` argument (a
+run id or any unique prefix of one, resolved once to the full id), and the exit code of a run a
+command started (0 when it completed, 1 otherwise).
 """
 
 from __future__ import annotations
@@ -11,6 +12,19 @@ from ..errors import InvalidRequest
 from .output import print_run
 
 EXIT_OK, EXIT_FAILED = 0, 1
+RUN_HELP = "a run id, or any unique prefix of one (at least 4 characters, as git takes a commit)"
+
+
+def add_run_argument(sp: Any, name: str = "run", metavar: str = "RUN", help: str = RUN_HELP) -> None:
+    """The positional run argument of a command; `run_id` turns what was typed into the id."""
+    sp.add_argument(name, metavar=metavar, help=help)
+
+
+def run_id(rw: Any, typed: str) -> str:
+    """The full id of the run `typed` names (an id or a unique prefix): resolved once, so the
+    command and everything it prints use the whole id. NotFound / InvalidRequest (exit 2)
+    name the prefix and, when several runs match, them."""
+    return rw.resolve_run_id(typed)
 
 
 def open_rewind(args: Any):

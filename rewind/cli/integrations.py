@@ -7,11 +7,13 @@ with `--force`."""
 from __future__ import annotations
 
 import os
+import sys
 
 from ..errors import InvalidRequest
 from ..paths import nearest_existing, unwritable_reason
 from .inputs import json_object, read_text
-from .handle import open_rewind, resolve_pipeline
+from .output import terminal_safe
+from .handle import add_run_argument, open_rewind, resolve_pipeline, run_id
 
 EXIT_OK = 0
 
@@ -36,7 +38,7 @@ def cmd_export_burr(args, out) -> int:
 
     check_dir(args.dir, "--dir")
     with open_rewind(args) as rw:
-        paths = export_burr(rw, args.run, args.dir, project=args.project,
+        paths = export_burr(rw, run_id(rw, args.run), args.dir, project=args.project,
                             lineage=not args.no_lineage, force=args.force)
     for p in paths:
         print(p, file=out)
@@ -58,6 +60,9 @@ def cmd_import_burr(args, out) -> int:
         pipeline = resolve_pipeline(rw, args.pipeline)
         rw.register(pipeline)
         report = import_burr(rw, args.dir, pipeline, project=args.project, initial_state=initial)
+    if report.project is not None:  # DIR was Burr's storage folder (~/.burr): say which project
+        print(terminal_safe(f"rewind: using project {report.project!r}, the only Burr project "
+                            f"in {os.path.expanduser(args.dir)}"), file=sys.stderr)
     print(report, file=out)
     return EXIT_OK
 
@@ -66,7 +71,7 @@ def cmd_export_otel(args, out) -> int:
     from ..integrations.otel import export_otel
 
     with open_rewind(args) as rw:
-        sent = export_otel(rw, args.run, endpoint=args.endpoint,
+        sent = export_otel(rw, run_id(rw, args.run), endpoint=args.endpoint,
                            capture_content=True if args.capture_content else None,
                            lineage=args.lineage)
     print(f"sent {sent} span(s) over OTLP/HTTP", file=out)
@@ -76,7 +81,7 @@ def cmd_export_otel(args, out) -> int:
 def add_commands(add) -> None:
     sp = add("export-burr", cmd_export_burr,
              "write a run (and its ancestors) in Burr's tracker layout, for Burr's UI")
-    sp.add_argument("run", metavar="RUN")
+    add_run_argument(sp)
     sp.add_argument("--dir", required=True, metavar="DIR", help="Burr's storage dir, e.g. ~/.burr")
     sp.add_argument("--project", default="rewind", metavar="P", help="Burr project (default: rewind)")
     sp.add_argument("--no-lineage", action="store_true", help="only this run, not its ancestors")
@@ -86,7 +91,9 @@ def add_commands(add) -> None:
 
     sp = add("import-burr", cmd_import_burr,
              "turn runs recorded by Burr's local tracker into Rewind runs you can fork")
-    sp.add_argument("dir", metavar="DIR", help="~/.burr/<project>, or one app's directory")
+    sp.add_argument("dir", metavar="DIR",
+                    help="~/.burr/<project>, one app's directory, or ~/.burr itself (its only "
+                         "project is used; with several, name one with --project)")
     sp.add_argument("--pipeline", required=True, metavar="MOD:ATTR",
                     help="the Rewind pipeline of the Burr graph the runs used")
     sp.add_argument("--project", default=None, metavar="P", help="with DIR = ~/.burr: the project")
@@ -95,7 +102,7 @@ def add_commands(add) -> None:
 
     sp = add("export-otel", cmd_export_otel,
              "send a run's spans over OTLP/HTTP (GenAI semantic conventions)")
-    sp.add_argument("run", metavar="RUN")
+    add_run_argument(sp)
     sp.add_argument("--endpoint", default=None, metavar="URL",
                     help="OTLP/HTTP base URL (default: $OTEL_EXPORTER_OTLP_ENDPOINT, else "
                          "http://localhost:4318)")

@@ -7,7 +7,7 @@ import json
 from .inputs import json_object, read_text
 from .output import json_default, table
 from .parser import number_in
-from .handle import open_rewind
+from .handle import add_run_argument, open_rewind, run_id
 
 EXIT_OK = 0
 
@@ -28,7 +28,7 @@ def cmd_gc(args, out) -> int:
 
 def cmd_export(args, out) -> int:
     with open_rewind(args) as rw:
-        doc = rw.export_run(args.run)
+        doc = rw.export_run(run_id(rw, args.run))
     out.write(json.dumps(doc, ensure_ascii=False, default=json_default))
     out.write("\n")
     return EXIT_OK
@@ -46,11 +46,13 @@ def cmd_import(args, out) -> int:
 
 def add_commands(add) -> None:
     sp = add("gc", cmd_gc, "purge old cache entries, runs and orphaned blobs")
-    sp.add_argument("--older-than-days", type=number_in(0, 1e6), required=True, metavar="N")
+    sp.add_argument("--older-than-days", type=number_in(0, 1e6), required=True, metavar="N",
+                    help="remove what is older than N days (cache entries, runs by policy, "
+                         "then blobs nothing refers to)")
     sp.add_argument("--dry-run", action="store_true", help="count, remove nothing")
 
     sp = add("export", cmd_export, "write a run with its lineage as JSON to stdout")
-    sp.add_argument("run", metavar="RUN")
+    add_run_argument(sp)
 
     sp = add("import", cmd_import, "load a run exported with `export`")
     sp.add_argument("file", metavar="FILE", help="a JSON file from `export` ('-' for stdin)")

@@ -12,7 +12,7 @@ from .output import (
     cut, dumps, fmt_ms, fmt_ts, one_line, print_outputs, print_run_details,
     progress_for, run_to_json, shown, table,
 )
-from .handle import EXIT_OK, finish_run, open_rewind, resolve_pipeline
+from .handle import EXIT_OK, add_run_argument, finish_run, open_rewind, resolve_pipeline, run_id
 from .parser import int_in, text_up_to
 
 STATUSES = RUN_STATUSES  # one list, rewind.RunStatus: a new status is filterable everywhere
@@ -101,7 +101,7 @@ def cmd_runs(args, out) -> int:
 
 def cmd_show(args, out) -> int:
     with open_rewind(args) as rw:
-        run = rw.get_run(args.run)
+        run = rw.get_run(run_id(rw, args.run))
         if args.json:
             print(dumps(run_to_json(run)), file=out)
             return EXIT_OK
@@ -113,7 +113,7 @@ def cmd_show(args, out) -> int:
 
 def cmd_resume(args, out) -> int:
     with open_rewind(args) as rw:
-        run = rw.get_run(args.run)
+        run = rw.get_run(run_id(rw, args.run))
         progress = progress_for(rw, run.pipeline, not args.quiet, fallback=len(run.steps) or 1)
         with shown(progress):
             resumed = rw.resume(run.id, on_step=progress)
@@ -146,17 +146,21 @@ def add_commands(add) -> None:
     sp.add_argument("--no-cache", action="store_true", help="execute every node (still recorded)")
 
     sp = add("runs", cmd_runs, "list runs, newest first")
-    sp.add_argument("--pipeline", default=None)
-    sp.add_argument("--status", default=None, choices=STATUSES)
-    sp.add_argument("--search", default=None, metavar="TEXT", type=text_up_to(10_000))
-    sp.add_argument("--limit", type=int_in(0, MAX_ROWS), default=20, metavar="N")
+    sp.add_argument("--pipeline", default=None, metavar="NAME",
+                    help="only the runs of this pipeline (its name, as `pipelines` lists it)")
+    sp.add_argument("--status", default=None, choices=STATUSES,
+                    help="only the runs of this status")
+    sp.add_argument("--search", default=None, metavar="TEXT", type=text_up_to(10_000),
+                    help="only the runs whose id, summary or pipeline name contains TEXT")
+    sp.add_argument("--limit", type=int_in(0, MAX_ROWS), default=20, metavar="N",
+                    help="at most N runs (default 20)")
     sp.add_argument("--offset", type=int_in(0, MAX_ROWS), default=0, metavar="N",
                     help="skip the N newest (paging)")
     sp.add_argument("--forks", action="store_true", help="only forks")
-    sp.add_argument("--json", action="store_true")
+    sp.add_argument("--json", action="store_true", help="the runs as a JSON list")
 
     sp = add("show", cmd_show, "show a run and its steps")
-    sp.add_argument("run", metavar="RUN")
+    add_run_argument(sp)
     sp.add_argument("--json", action="store_true", help="the whole run, with values, as JSON")
     sp.add_argument("--outputs", action="store_true", help="print each step's outputs")
     sp.add_argument("--full", action="store_true", help="with --outputs: do not truncate")
@@ -164,6 +168,6 @@ def add_commands(add) -> None:
     sp = add("resume", cmd_resume,
              "continue a halted, interrupted or failed run in place (a halted run: the next turn)",
              quiet=True)
-    sp.add_argument("run", metavar="RUN")
+    add_run_argument(sp)
 
     add("pipelines", cmd_pipelines, "list registered pipelines")

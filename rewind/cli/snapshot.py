@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from .output import Progress, shown
 from .parser import int_in
-from .handle import open_rewind, resolve_pipeline
+from .handle import add_run_argument, open_rewind, resolve_pipeline, run_id
 
 EXIT_OK, EXIT_DIVERGED = 0, 1
 MAX_REPEATS = 1000
@@ -33,7 +33,7 @@ def cmd_snapshot(args, out) -> int:
     with open_rewind(args) as rw:
         if args.pipeline:  # where the pipeline lives also registers it for this command
             rw.register(resolve_pipeline(rw, args.pipeline))
-        run = rw.get_run(args.run)  # an unknown run is refused before anything is sampled
+        run = rw.get_run(run_id(rw, args.run))  # an unknown run is refused before anything is sampled
         progress = None if args.quiet or not args.repeats else Progress()
         with shown(progress):
             path = snapshot(rw, run.id, args.to, repeats=args.repeats,
@@ -62,7 +62,7 @@ def cmd_replay(args, out) -> int:
 def add_commands(add) -> None:
     sp = add("snapshot", cmd_snapshot,
              "write a run as a snapshot file that pytest replays as a regression test", quiet=True)
-    sp.add_argument("run", metavar="RUN")
+    add_run_argument(sp)
     sp.add_argument("--to", required=True, metavar="PATH", help="the snapshot file to write (a symlink is followed; a directory, "
                          "FIFO or device is refused)")
     sp.add_argument("--repeats", type=int_in(0, MAX_REPEATS), default=3, metavar="K",
@@ -76,7 +76,7 @@ def add_commands(add) -> None:
                          "recognised by its \"format\": \"rewind-snapshot\", is rewritten "
                          "without it)")
     sp = add("replay", cmd_replay, "replay a snapshot file against the current code, offline")
-    sp.add_argument("path", metavar="PATH")
+    sp.add_argument("path", metavar="PATH", help="the snapshot file (written by `snapshot`)")
     sp.add_argument("--record", choices=("none", "new", "all"), default="none",
                     help="none: a call the snapshot lacks fails; new: record it through the "
                          "configured model; all: re-record every call (new, all rewrite the file)")

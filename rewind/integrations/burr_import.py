@@ -40,11 +40,14 @@ TOKEN_KEYS = (("prompt_tokens", "completion_tokens"),
 
 @dataclasses.dataclass
 class ImportReport:
-    """What an import made: {Burr app id: Rewind run id}, and what the tracker had not kept."""
+    """What an import made: {Burr app id: Rewind run id}, and what the tracker had not kept.
+    `project`: the project folder used when the folder given was Burr's storage folder with
+    one project in it (None when the folder was a project or an app)."""
 
     runs: dict = dataclasses.field(default_factory=dict)
     not_kept: list = dataclasses.field(default_factory=list)
     skipped: list = dataclasses.field(default_factory=list)
+    project: Optional[str] = None
 
     @property
     def run_ids(self) -> list:
@@ -148,20 +151,55 @@ def _read_line(line: Any, steps: dict, serde: Any) -> None:
         steps[line["action_sequence_id"]].attributes[line["key"]] = line.get("value")
 
 
-def _app_dirs(directory: str, project: Optional[str]) -> list:
+def _entries(folder: str, strict: bool = False) -> list:
+    """The names in `folder` that are not hidden, sorted. A folder that cannot be listed: an
+    InvalidRequest naming it when `strict` (the folder asked for), else none (one under it)."""
+    try:
+        names = os.listdir(folder)
+    except OSError as e:
+        if strict:
+            raise InvalidRequest(f"{folder} cannot be read ({e.strerror or e})") from None
+        return []
+    return sorted(n for n in names if not n.startswith("."))
+
+
+def _apps_in(folder: str, strict: bool = False) -> list:
+    """The app folders (`<app_id>/log.jsonl`) right under `folder`, sorted."""
+    return [os.path.join(folder, n) for n in _entries(folder, strict)
+            if os.path.exists(os.path.join(folder, n, "log.jsonl"))]
+
+
+def _app_dirs(directory: str, project: Optional[str]) -> tuple:
+    """([app folder], the project used when `directory` is Burr's storage folder itself (e.g.
+    ~/.burr) with exactly one project in it, else None)."""
     root = os.path.expanduser(str(directory))
     if project:
         root = os.path.join(root, project)
     if os.path.exists(os.path.join(root, "log.jsonl")):
-        return [root]
+        return [root], None
     if not os.path.isdir(root):
         raise NotFound(f"no Burr tracking directory at {root}; pass ~/.burr/<project> or an app "
                        "directory (one holding log.jsonl)")
-    dirs = sorted(os.path.join(root, e) for e in os.listdir(root)
-                  if not e.startswith(".") and os.path.exists(os.path.join(root, e, "log.jsonl")))
-    if not dirs:
-        raise NotFound(f"{root} holds no Burr app (no <app_id>/log.jsonl under it)")
-    return dirs
+    dirs = _apps_in(root, strict=True)
+    if dirs:
+        return dirs, None
+    # Burr's tracker keeps <storage>/<project>/<app_id>/: this may be the storage folder itself
+    projects = {}
+    for name in _entries(root):
+        apps = _apps_in(os.path.join(root, name))
+        if apps:
+            projects[name] = apps
+    if len(projects) == 1:
+        (name, apps), = projects.items()
+        return apps, name
+    if projects:
+        names = list(projects)
+        shown = ", ".join(names[:20]) + (", ..." if len(names) > 20 else "")
+        raise InvalidRequest(f"{root} holds {len(names)} Burr projects: {shown}; pass one of them "
+                             f"(--project P, or {os.path.join(root, 'P')} as the folder)",
+                             field="project")
+    raise NotFound(f"{root} holds no Burr app (no <app_id>/log.jsonl under it, nor under a "
+                   "project folder in it)")
 
 
 def _tokens(attributes: dict) -> Optional[tuple]:
@@ -181,12 +219,14 @@ def _user(values: dict) -> dict:
 def import_burr(rw: Any, directory: str, pipeline: Any, project: Optional[str] = None,
                 initial_state: Optional[dict] = None) -> ImportReport:
     """Import every app under `directory` (a `~/.burr/<project>` folder, `~/.burr` with
-    `project=`, or one app's folder) as a Rewind run of `pipeline` (a `Pipeline` or a registered
-    name). `initial_state` is the state the app(s) started from, which Burr's tracker does not
-    keep. An app already imported is skipped."""
+    `project=`, `~/.burr` itself when it holds one project, or one app's folder) as a Rewind
+    run of `pipeline` (a `Pipeline` or a registered name). `initial_state` is the state the
+    app(s) started from, which Burr's tracker does not keep. An app already imported is
+    skipped."""
     pipeline = rw.pipeline(pipeline)
     report = ImportReport()
-    for path in _app_dirs(directory, project):
+    dirs, report.project = _app_dirs(directory, project)
+    for path in dirs:
         app_id = os.path.basename(os.path.normpath(path))
         run_id = sha256_hex(f"burr:{os.path.realpath(path)}".encode("utf-8"))[:16]
         if _already_imported(rw, run_id, app_id, report):

@@ -68,6 +68,11 @@ class RunStore(abc.ABC):
     def get_run_rows(self, run_ids: Sequence[str]) -> dict: ...
 
     @abc.abstractmethod
+    def resolve_run_id(self, prefix: str, owner: Optional[str] = None) -> str:
+        """The run's id `prefix` names: an exact id, else a unique prefix of one (of `owner`'s
+        runs when given); NotFound for none, InvalidRequest naming the matches for several."""
+
+    @abc.abstractmethod
     def list_run_rows(self, limit: int = 50, offset: int = 0, **filters: Any) -> list: ...
 
     @abc.abstractmethod

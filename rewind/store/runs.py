@@ -14,6 +14,7 @@ import threading
 import time
 from typing import Any, Iterable, Optional, Sequence
 
+from ..errors import InvalidRequest, NotFound
 from .base import RunStore
 from .liveness import owner_is_gone
 from .schema import RUN_COLUMNS, RUNS, SEARCH_COLUMNS, insert_sql
@@ -21,6 +22,9 @@ from .sql import SQLBase
 
 _SELECT = f"SELECT {', '.join(RUN_COLUMNS)} FROM runs"
 
+
+MIN_PREFIX = 4      # characters of a run id a prefix must have (fewer would name many runs)
+SHOWN_MATCHES = 5   # matching ids an ambiguous prefix's error lists
 
 _DEFAULTED = frozenset(c.name for c in RUNS.columns if c.default is not None)
 
@@ -73,15 +77,55 @@ class SQLRuns(SQLBase, RunStore):
         rows = self.query(f"{_SELECT} WHERE id = ?", (run_id,))
         return RUNS.row(rows[0]) if rows else None
 
+    def resolve_run_id(self, prefix: str, owner: Optional[str] = None) -> str:
+        """The id of the run `prefix` names, as git takes a commit: the run of that exact id,
+        else the one run whose id starts with it (at least `MIN_PREFIX` characters). `owner`
+        (None: every run) narrows both to that owner's runs: another owner's run reads exactly
+        like a missing one. NotFound when none matches, InvalidRequest naming the matches
+        (up to `SHOWN_MATCHES` and how many in all) when several do."""
+        if not isinstance(prefix, str) or not prefix:
+            raise InvalidRequest(f"a run id must be a non-empty string, not {prefix!r}",
+                                 field="run_id")
+        shown = repr(prefix[:80] + ("…" if len(prefix) > 80 else ""))
+        row = self._read_run_row(prefix)
+        if row is not None and (owner is None or row.get("owner") == owner):
+            return prefix
+        if len(prefix) < MIN_PREFIX:
+            raise InvalidRequest(f"no run {shown} in {self.url}; to name a run by a prefix of its "
+                                 f"id, give at least {MIN_PREFIX} characters", run_id=prefix)
+        # LIKE narrows (an index where the backend has one), substr decides: SQLite's LIKE
+        # ignores the case of ASCII letters, and an id is matched exactly as typed
+        where = "id LIKE ? ESCAPE '\\' AND substr(id, 1, ?) = ?"
+        params: list = [self._escape_like(prefix) + "%", len(prefix), prefix]
+        if owner is not None:
+            where += " AND owner = ?"
+            params.append(owner)
+        ids = [r[0] for r in self.query(f"SELECT id FROM runs WHERE {where} ORDER BY id LIMIT ?",
+                                        [*params, SHOWN_MATCHES + 1])]
+        if len(ids) == 1:
+            return ids[0]
+        if not ids:
+            raise NotFound(f"no run {shown} in {self.url} (no run id starts with it either)",
+                           run_id=prefix)
+        total = len(ids) if len(ids) <= SHOWN_MATCHES else int(
+            self.query(f"SELECT COUNT(*) FROM runs WHERE {where}", params)[0][0])
+        listed = ", ".join(ids[:SHOWN_MATCHES]) + (", ..." if total > SHOWN_MATCHES else "")
+        raise InvalidRequest(f"{shown} matches {total} runs: {listed}; type more of the id",
+                             run_id=prefix)
+
     def get_run_rows(self, run_ids: Sequence[str]) -> dict:
         ids = list(dict.fromkeys(i for i in run_ids if i))
         return {r[0]: self._as_known(RUNS.row(r))
                 for r in self.query_in(f"{_SELECT} WHERE id IN ({{marks}})", ids)}
 
     @staticmethod
-    def _like(text: str) -> str:
-        escaped = text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
-        return f"%{escaped}%"
+    def _escape_like(text: str) -> str:
+        """`text` matched literally by LIKE ... ESCAPE '\\' (its % and _ are no wildcards)."""
+        return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+
+    @classmethod
+    def _like(cls, text: str) -> str:
+        return f"%{cls._escape_like(text)}%"
 
     def _search_prefilter(self, text: str) -> Optional[tuple]:
         """(SQL, params) narrowing a search to a superset of its matches through an index, or
