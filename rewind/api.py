@@ -387,21 +387,17 @@ class Rewind:
 
         return audit_run(self, self.get_run(run_id), repeats, on_progress=on_progress)
 
-    def blame(self, run_id: str, outcome: Callable[[dict], bool], *, executor: str = "local",
-              workers: Optional[int] = None, **kwargs: Any) -> Any:
+    def blame(self, run_id: str, outcome: Callable[[dict], bool], **kwargs: Any) -> Any:
         """The step that decided a failed run, by re-rolling it from its steps -> `BlameReport`
         (samples, strategy, resample, params, budget_tokens, on_progress: rewind.analysis.blame)."""
         from .analysis.blame import blame
 
-        _local_only(executor)
         return blame(self, run_id, outcome, **kwargs)
 
-    def blame_many(self, run_ids: Any, outcome: Callable[[dict], bool], *, executor: str = "local",
-                   workers: Optional[int] = None, **kwargs: Any) -> dict:
+    def blame_many(self, run_ids: Any, outcome: Callable[[dict], bool], **kwargs: Any) -> dict:
         """`blame` for each run, and how often each node was decisive."""
         from .analysis.blame import blame_many
 
-        _local_only(executor)
         return blame_many(self, list(run_ids), outcome, **kwargs)
 
     def snapshot(self, run_id: str, path: Any, repeats: int = 3,
@@ -487,11 +483,3 @@ class Rewind:
 for _name, _method in list(vars(Rewind).items()):
     if callable(_method) and not _name.startswith("_") and _name not in ("close", "register"):
         setattr(Rewind, _name, _database_errors(_method))
-
-
-def _local_only(executor: str) -> None:
-    # blame forks through this handle, one trial after another; the batch executors are not
-    # wired to it yet
-    if executor != "local":
-        raise InvalidRequest(f"executor={executor!r}: blame runs its trials in this process "
-                             "(executor='local')", field="executor")

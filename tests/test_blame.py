@@ -116,3 +116,9 @@ def test_wilson_intervals_and_the_decisive_rule():
     assert decisive_index([(12, 16), (11, 16), (0, 16), (0, 16)]) == 1
     assert decisive_index([(12, 16), (12, 16), (12, 16)]) == 2
     assert decisive_index([(1, 16), (0, 16)]) is None
+
+
+def test_an_executor_other_than_local_is_refused(rw):
+    run = shapes.failed_run(rw, shapes.chain(3, fault_at=1))
+    with pytest.raises(InvalidRequest, match="executor='local'"):
+        rw.blame(run.id, shapes.succeeded, executor="ray")

@@ -206,8 +206,13 @@ def _bisect(trials: _Trials, estimates: list) -> None:
 
 def blame(rw: Any, run_id: str, outcome: Callable[[dict], bool], *, samples: int = 8,
           strategy: str = "bisect", resample: Any = None, params: Optional[dict] = None,
-          budget_tokens: Optional[int] = None, on_progress: Optional[Callable] = None) -> BlameReport:
-    """Find the step that decided run `run_id`'s failure (see the module docstring)."""
+          budget_tokens: Optional[int] = None, on_progress: Optional[Callable] = None,
+          executor: str = "local", workers: Optional[int] = None) -> BlameReport:
+    """Find the step that decided run `run_id`'s failure (see the module docstring). Trials run
+    one after another in this process: `executor` must be "local" (`workers` is unused)."""
+    if executor != "local":
+        raise InvalidRequest(f"executor={executor!r}: blame runs its trials in this process "
+                             "(executor='local')", field="executor")
     run = rw.get_run(run_id)
     pipeline = rw.pipeline(run.pipeline)
     params = dict(params or {})
