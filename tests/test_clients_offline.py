@@ -105,8 +105,9 @@ def test_start_up_paid_when_a_meter_opens_is_never_the_nodes_latency(tmp_path, m
     real, offset = time_module.perf_counter, [0.0]
     monkeypatch.setattr(time_module, "perf_counter", lambda: real() + offset[0])
 
-    def slow_start_up():
+    def slow_start_up():  # a hook returns the seconds of start-up it paid
         offset[0] += 10.0
+        return 10.0
 
     monkeypatch.setattr(metering_module, "_on_open", [*metering_module._on_open, slow_start_up])
 

@@ -41,6 +41,7 @@ class BlameRow:
     verdict: str = "not tried"      # decisive | recovers | locked | not tried
     resampled: bool = False
     tokens_estimate: int = 0        # what one trial from here is expected to spend
+    trial_runs: list = dataclasses.field(default_factory=list)  # the trials re-rolled from here
 
 
 @dataclasses.dataclass
@@ -167,6 +168,7 @@ class _Trials:
             trial = self.rw.fork(self.run.id, at=step.node, occurrence=step.occurrence,
                                  resample=self.nodes, resample_params=self.params)
             self.trial_runs.append(trial.id)
+            step.trial_runs.append(trial.id)
             self.tokens += int(trial.total_tokens or 0)
             n += 1
             successes += passes(self.rw, trial, self.outcome)

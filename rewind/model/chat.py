@@ -322,6 +322,9 @@ def warm_up() -> float:
         if ck in _warm:  # another thread warmed it while this one waited
             return 0.0
         sim.warm()
+        from . import http
+
+        http.install()  # the capture of model calls at the HTTP layer (imports httpx)
         c = client()
         c.chat.completions  # the SDK imports its resources lazily, on first attribute access
         c.platform_headers()  # computed once per process, by running `uname`-like probes

@@ -25,6 +25,7 @@ import importlib
 import importlib.util
 import json
 import threading
+import time
 from typing import Any, Optional
 
 from . import calls, capture, providers
@@ -36,9 +37,12 @@ _lock = threading.Lock()
 _in_send: contextvars.ContextVar = contextvars.ContextVar("rewind_in_http_send", default=False)
 
 
-def install() -> None:
-    """Wrap `send` of each HTTP library installed here (once; run when a step's meter opens,
-    which counts it as start-up time, never the node's latency)."""
+def install() -> float:
+    """Wrap `send` of each HTTP library installed here, once; returns the seconds that took (0.0
+    once done). Run when a step's meter opens, which keeps that out of the node's latency, and
+    by `rewind.llm.warm_up`."""
+    started = time.perf_counter()
+    done = False
     for name in _LIBS:
         if importlib.util.find_spec(name) is None:
             continue
@@ -48,6 +52,8 @@ def install() -> None:
                 with _lock:
                     if not getattr(cls.send, "_rewind_http", False):
                         cls.send = wrap(cls.send)
+                        done = True
+    return time.perf_counter() - started if done else 0.0
 
 
 on_meter_open(install)

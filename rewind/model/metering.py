@@ -9,7 +9,6 @@ the same node code runs in plain Burr, in tests and in an audit.
 from __future__ import annotations
 
 import contextlib
-import time
 import contextvars
 import dataclasses
 from typing import Any, Callable, Iterator, Optional
@@ -91,7 +90,9 @@ _current: contextvars.ContextVar[Optional[StepMeter]] = contextvars.ContextVar(
 _on_open: list = []
 
 
-def on_meter_open(fn: Callable[[], None]) -> None:
+def on_meter_open(fn: Callable[[], Optional[float]]) -> None:
+    """Run `fn` each time a meter opens, before the node; it returns the seconds of one-time
+    start-up it paid (0 or None once done), which the meter keeps out of the node's latency."""
     if fn not in _on_open:
         _on_open.append(fn)
 
@@ -102,10 +103,10 @@ def current_meter() -> Optional[StepMeter]:
 
 @contextlib.contextmanager
 def metering(meter: StepMeter) -> Iterator[StepMeter]:
-    started = time.perf_counter()
-    for fn in _on_open:  # one-time hooks (the HTTP capture): start-up, not the node's latency
-        fn()
-    meter.init_ms += (time.perf_counter() - started) * 1000
+    for fn in _on_open:  # one-time hooks (the HTTP capture's install): each returns the
+        spent = fn()     # seconds of start-up it just paid, which are not the node's latency
+        if spent:
+            meter.init_ms += spent * 1000
     token = _current.set(meter)
     try:
         yield meter
