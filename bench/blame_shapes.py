@@ -65,3 +65,8 @@ def failed_run(rw, pipeline, doomed: bool = False):
 
 def succeeded(state: dict) -> bool:
     return state.get("ok") is True
+
+
+# one fault-injected pipeline at module level, for `REWIND_PIPELINES=bench.blame_shapes:PIPELINE`
+# (the dashboard's Blame page in tests/test_blame_page.py)
+PIPELINE = chain(6, fault_at=2)
