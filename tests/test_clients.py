@@ -62,6 +62,14 @@ def openai_tools(q):
     return f"{call.name}{call.arguments}"
 
 
+def openai_embeddings(q):
+    import openai
+
+    r = openai.OpenAI(api_key="k", base_url=_url() + "/v1").embeddings.create(
+        model="embed-x", input=[q, q + " again"])
+    return [d.embedding for d in r.data]
+
+
 def anthropic_plain(q):
     import anthropic
 
@@ -180,7 +188,8 @@ def raw_httpx_async(q):
 # (client, api recorded, tool call expected)
 CLIENTS = [
     (openai_chat, "chat.completions", False), (openai_stream, "chat.completions", False),
-    (openai_tools, "chat.completions", True), (anthropic_plain, "anthropic.messages", False),
+    (openai_tools, "chat.completions", True), (openai_embeddings, "embeddings", False),
+    (anthropic_plain, "anthropic.messages", False),
     (anthropic_stream, "anthropic.messages", False), (anthropic_tools, "anthropic.messages", True),
     (anthropic_async, "anthropic.messages", False), (google_plain, "google.generate_content", False),
     (google_stream, "google.stream_generate_content", False), (google_tools, "google.generate_content", True),

@@ -4,6 +4,7 @@ counts its own tokens (words, not o200k: an estimate that matched it would be lu
 ledger of every request so a test can compare what Rewind metered with what the server counted.
 
     POST /v1/chat/completions                  OpenAI chat (plain, or SSE with include_usage)
+    POST /v1/embeddings                        OpenAI embeddings
     POST /v1/messages                          Anthropic Messages (plain, or its event stream)
     POST /v1beta/models/{m}:generateContent    Gemini (and :streamGenerateContent?alt=sse)
     POST /api/generate                         an endpoint nobody knows ({"model", "prompt"})
@@ -87,6 +88,13 @@ class WireServer:
         route = path.split("?", 1)[0]
         if route.endswith("/chat/completions"):
             return self._openai(route, body)
+        if route.endswith("/embeddings"):
+            inputs = body.get("input") if isinstance(body.get("input"), list) else [body.get("input")]
+            n, _ = self._count(route, _words(inputs), "")
+            prompt = self.ledger[-1]["prompt"]
+            return 200, "application/json", {"object": "list", "model": body.get("model"), "data": [
+                {"object": "embedding", "index": i, "embedding": [0.1 * (i + 1), 0.2, 0.3]}
+                for i in range(len(inputs))], "usage": {"prompt_tokens": prompt, "total_tokens": prompt}}
         if route.endswith("/messages"):
             return self._anthropic(route, body)
         m = re.search(r"/models/([^/:]+):(generateContent|streamGenerateContent)$", route)
