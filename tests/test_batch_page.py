@@ -7,26 +7,15 @@ Until the page is in the shell's navigation it is run here as the shell runs it 
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
+from page_script import page_script
 from streamlit.testing.v1 import AppTest
 
 import rewind
 
 from test_batch import make_runs
 
-ROOT = Path(__file__).resolve().parents[1]
-PAGE = ROOT / "pages" / "batch.py"
-SCRIPT = f"""
-import runpy
-from rewind_ui import shell
-shell._inside.active = True
-try:
-    runpy.run_path({str(PAGE)!r}, run_name="__page__")
-finally:
-    shell._inside.active = False
-"""
+SCRIPT = page_script("batch")
 
 
 @pytest.fixture

@@ -4,26 +4,15 @@ trial listed), and its pure view-model (rewind_ui/blame_view.py)."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
+from page_script import page_script
 from streamlit.testing.v1 import AppTest
 
 import rewind
 from bench import blame_shapes as shapes
 from rewind_ui import blame_view as view
 
-ROOT = Path(__file__).resolve().parents[1]
-PAGE = ROOT / "pages" / "blame.py"
-SCRIPT = f"""
-import runpy
-from rewind_ui import shell
-shell._inside.active = True
-try:
-    runpy.run_path({str(PAGE)!r}, run_name="__page__")
-finally:
-    shell._inside.active = False
-"""
+SCRIPT = page_script("blame")
 
 
 @pytest.fixture
