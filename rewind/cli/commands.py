@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 from typing import Callable, Optional
 
-from . import batch, blame, compare, integrations, maintenance, runs, serve, snapshot
+from . import batch, blame, compare, integrations, maintenance, mcp, runs, serve, snapshot
 from .parser import Parser, prog_name
 
 
@@ -32,6 +32,6 @@ def build_parser(prog: Optional[str] = None) -> argparse.ArgumentParser:
             sp.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
         return sp
 
-    for module in (runs, compare, batch, blame, maintenance, serve, snapshot, integrations):
+    for module in (runs, compare, batch, blame, maintenance, serve, snapshot, integrations, mcp):
         module.add_commands(add)
     return p
