@@ -1,11 +1,11 @@
-"""How Rewind spells numbers, durations, times and hashes for people: one library, used by the
-CLI and the dashboard alike (pure functions, no UI imports)."""
+"""How Rewind spells numbers, durations, times, hashes and plain-text tables for people: one
+library, used by the CLI, the MCP server and the dashboard alike (pure functions, no UI imports)."""
 
 from __future__ import annotations
 
 import datetime as _dt
 import math
-from typing import Any, Optional
+from typing import Any, Optional, Sequence
 
 
 def short_hash(h: Optional[str], n: int = 10) -> str:
@@ -73,3 +73,31 @@ def truncate(text: Any, n: int = 80) -> str:
     s = "" if text is None else " ".join(str(text).split())
     return s if len(s) <= n else s[: n - 1] + "…"
 
+
+def one_line(text: Any) -> str:
+    return " ".join(str(text).split())
+
+
+def cut(text: Any, width: int) -> str:
+    s = one_line("" if text is None else text)
+    return s if len(s) <= width else s[: max(width - 1, 0)] + "…"
+
+
+def node_label(node: str, occurrence: Optional[int]) -> str:
+    """`critique`, or `critique#2` for a later visit of a node in a loop."""
+    return node if (occurrence or 1) == 1 else f"{node}#{occurrence}"
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[Any]], right: Sequence[int] = ()) -> str:
+    """An aligned plain-text table; columns listed in `right` are right-aligned (numbers)."""
+    cells = [[("" if c is None else str(c)) for c in r] for r in rows]
+    widths = [len(h) for h in headers]
+    for r in cells:
+        for i, c in enumerate(r):
+            widths[i] = max(widths[i], len(c))
+
+    def line(values: Sequence[str]) -> str:
+        return "  ".join(v.rjust(widths[i]) if i in right else v.ljust(widths[i])
+                         for i, v in enumerate(values)).rstrip()
+
+    return "\n".join([line(headers), line(["-" * w for w in widths]), *(line(r) for r in cells)])

@@ -11,9 +11,9 @@ import contextlib
 import dataclasses
 import json
 import sys
-from typing import Any, Optional, Sequence
+from typing import Any, Optional
 
-from ..fmt import fmt_ms, fmt_ts, short_hash
+from ..fmt import cut, fmt_ms, fmt_ts, node_label, one_line, short_hash, table  # noqa: F401  (re-exported for the commands)
 
 
 # Control characters a run's data may hold (a model's output, an input): written raw they drive
@@ -38,37 +38,6 @@ class TerminalSafe:
 
     def __getattr__(self, name: str) -> Any:  # flush, isatty, encoding, fileno
         return getattr(self._stream, name)
-
-
-def one_line(text: Any) -> str:
-    return " ".join(str(text).split())
-
-
-def cut(text: Any, width: int) -> str:
-    s = one_line("" if text is None else text)
-    return s if len(s) <= width else s[: max(width - 1, 0)] + "…"
-
-
-def node_label(node: str, occurrence: Optional[int]) -> str:
-    """`critique`, or `critique#2` for a later visit of a node in a loop."""
-    return node if (occurrence or 1) == 1 else f"{node}#{occurrence}"
-
-
-def table(headers: Sequence[str], rows: Sequence[Sequence[Any]], right: Sequence[int] = ()) -> str:
-    """An aligned plain-text table; columns listed in `right` are right-aligned (numbers)."""
-    cells = [[("" if c is None else str(c)) for c in r] for r in rows]
-    widths = [len(h) for h in headers]
-    for r in cells:
-        for i, c in enumerate(r):
-            widths[i] = max(widths[i], len(c))
-
-    def line(values: Sequence[str]) -> str:
-        parts = [v.rjust(widths[i]) if i in right else v.ljust(widths[i]) for i, v in enumerate(values)]
-        return "  ".join(parts).rstrip()
-
-    out = [line(headers), line(["-" * w for w in widths])]
-    out += [line(r) for r in cells]
-    return "\n".join(out)
 
 
 def json_default(value: Any) -> Any:

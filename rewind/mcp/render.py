@@ -7,9 +7,8 @@ Pure functions with no `mcp` import. Every string that leaves here has been thro
 wrote into its state, never reaches the client. Large values are cut to pages (`value_pages`)
 and say how to get the rest.
 
-The spelling of durations, times and hashes is `rewind.fmt`'s, shared with the CLI and the
-dashboard. The CLI's table and run headline (rewind/cli/output.py) are not imported: the CLI
-imports this package for `rewind mcp`, and an import back would be a cycle.
+The spelling of durations, times, hashes and tables is `rewind.fmt`'s, shared with the CLI and
+the dashboard (the CLI imports this package for `rewind mcp`, so nothing here imports the CLI).
 """
 
 from __future__ import annotations
@@ -17,9 +16,9 @@ from __future__ import annotations
 import base64
 import dataclasses
 import json
-from typing import Any, Optional, Sequence
+from typing import Any, Optional
 
-from ..fmt import fmt_ms, fmt_ts, short_hash
+from ..fmt import cut, fmt_ms, fmt_ts, node_label, one_line, short_hash, table
 from ..redaction import redact
 
 MAX_VALUE_CHARS = 20_000     # one value's JSON text per page (get_step)
@@ -58,34 +57,6 @@ def scrub(value: Any) -> Any:
     if isinstance(value, (list, tuple)):
         return [scrub(v) for v in value]
     return value
-
-
-def one_line(text: Any) -> str:
-    return " ".join(str(text).split())
-
-
-def cut(text: Any, width: int) -> str:
-    s = one_line("" if text is None else text)
-    return s if len(s) <= width else s[: max(width - 1, 0)] + "…"
-
-
-def node_label(node: str, occurrence: Optional[int]) -> str:
-    return node if (occurrence or 1) == 1 else f"{node}#{occurrence}"
-
-
-def table(headers: Sequence[str], rows: Sequence[Sequence[Any]], right: Sequence[int] = ()) -> str:
-    """An aligned plain-text table, as the CLI prints one."""
-    cells = [[("" if c is None else str(c)) for c in r] for r in rows]
-    widths = [len(h) for h in headers]
-    for r in cells:
-        for i, c in enumerate(r):
-            widths[i] = max(widths[i], len(c))
-
-    def line(values: Sequence[str]) -> str:
-        return "  ".join(v.rjust(widths[i]) if i in right else v.ljust(widths[i])
-                         for i, v in enumerate(values)).rstrip()
-
-    return "\n".join([line(headers), line(["-" * w for w in widths]), *(line(r) for r in cells)])
 
 
 # --- runs ----------------------------------------------------------------------------------
