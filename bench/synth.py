@@ -189,7 +189,7 @@ def generate(path: str, n_runs: int, seed: int = 7, log=print) -> dict:
             os.remove(path + suffix)
     rewind.Rewind(path).close()  # the schema, exactly as the product creates it
     with BulkLoader(path) as load:
-        load.insert("blobs", list(schema.BLOB_COLUMNS), [r[:4] for r in t.blobs])
+        load.insert("blobs", list(schema.BLOB_COLUMNS[:4]), [r[:4] for r in t.blobs])
         load.insert("edges", t.edges_cols, t.edges)
         n_steps = _clone_runs(load, t, n_runs, rng, started, log)
     shutil.rmtree(workdir, ignore_errors=True)

@@ -61,12 +61,13 @@ class Rewind:
     def __init__(self, url: Any = None, pipelines: Optional[list] = None, *,
                  owner: Optional[str] = None, admin: bool = False,
                  burr_tracking: Optional[str] = None, burr_project: Optional[str] = None,
-                 otel: Optional[bool] = None):
+                 otel: Optional[bool] = None, blobs: Optional[str] = None):
         """`owner` (a signed-in user's email): runs are recorded as theirs and other owners'
         runs are not found; with none, single-user mode (every run visible). `admin=True`
         sees every owner's runs and may purge the cache and run gc. `burr_tracking` (a
         directory; `REWIND_BURR_TRACKING`) writes every run in Burr's tracker layout for Burr's
-        UI, `otel=True` (`REWIND_OTEL=1`) sends each run to OpenTelemetry as it records."""
+        UI, `otel=True` (`REWIND_OTEL=1`) sends each run to OpenTelemetry as it records.
+        `blobs` (`REWIND_BLOBS`): s3://bucket/prefix or file:///folder for large values."""
         if owner is not None and (not isinstance(owner, str) or not owner.strip()):
             raise InvalidRequest(f"owner must be a non-empty string (an email), not {owner!r}",
                                  field="owner")
@@ -77,8 +78,12 @@ class Rewind:
         self._sinks = LiveSinks.from_options(burr_tracking, burr_project, otel)
         try:
             self.store: SQLStore = open_store(url)
+            if blobs is not None:
+                self.store.use_objects(blobs)
         except BaseException:
             self._sinks.close()
+            if hasattr(self, "store"):  # a refused `blobs` leaves no store open
+                self.store.close()
             raise
         self.url = self.store.url
         self._pipelines: dict = {}

@@ -85,7 +85,7 @@ def test_a_fresh_database_is_created_under_the_schema_lock(db_url, traced):
     first_ddl = next(i for i, s in enumerate(traced) if s.lstrip().upper().startswith("CREATE"))
     assert any(lock in s for s in traced[:first_ddl]), traced[:first_ddl]
     assert store.query("SELECT version FROM schema_version") == [(SCHEMA_VERSION,)]
-    assert SCHEMA_VERSION == 9
+    assert SCHEMA_VERSION == 10
     assert _partial_run_indexes(store) == {"runs_parent": "parent_id", "runs_owner": "owner"}
     store.close()
 

@@ -1,4 +1,4 @@
-"""Commands that keep a store: gc, export, import."""
+"""Commands that keep a store: gc, export, import, and `blobs migrate` (where large values live)."""
 
 from __future__ import annotations
 
@@ -44,6 +44,19 @@ def cmd_import(args, out) -> int:
     return EXIT_OK
 
 
+def cmd_blobs_migrate(args, out) -> int:
+    from ..maintenance.relocate import migrate_blobs
+    from ..store.objects import open_objects
+
+    if args.to.strip() != "inline":  # a bad URL is refused before any database is opened
+        open_objects(args.to, "--to")
+    with open_rewind(args) as rw:
+        result = migrate_blobs(rw, args.to)
+    print(f"blobs migrate: moved {result['moved']} value(s), {result['bytes']} bytes, to "
+          f"{result['to']}; {result['kept']} already where they belong", file=out)
+    return EXIT_OK
+
+
 def add_commands(add) -> None:
     sp = add("gc", cmd_gc, "purge old cache entries, runs and orphaned blobs")
     sp.add_argument("--older-than-days", type=number_in(0, 1e6), required=True, metavar="N",
@@ -56,3 +69,14 @@ def add_commands(add) -> None:
 
     sp = add("import", cmd_import, "load a run exported with `export`")
     sp.add_argument("file", metavar="FILE", help="a JSON file from `export` ('-' for stdin)")
+
+    sp = add("blobs", cmd_blobs_migrate, "where large values live: the database or an object store")
+    actions = sp.add_subparsers(dest="blobs_action", metavar="ACTION", parser_class=type(sp))
+    actions.required = True
+    mp = actions.add_parser("migrate", help="move stored values to an object store or back inline",
+                            description="move stored values to an object store (values over "
+                                        "REWIND_BLOB_INLINE_MAX) or back into the database")
+    mp.set_defaults(func=cmd_blobs_migrate)
+    mp.add_argument("--to", required=True, metavar="URL",
+                    help="s3://bucket/prefix[?endpoint=http://host:port], file:///absolute/folder, "
+                         "or inline (every value back into the database)")

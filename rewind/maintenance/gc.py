@@ -7,13 +7,17 @@ blob its own steps refer to (its inherited pointer rows become full rows first, 
 the parent is still there), so it still renders, diffs and forks at any of its steps;
 `rw.lineage` names the purged parent as missing. A run still `running` is never purged. With
 `verify`, blobs whose bytes no longer match their hash are dropped too (the next execution
-stores the value again). The decisions are here; every statement is the store's.
+stores the value again). With large values in an object store (store.objectrefs), objects no
+row refers to are removed too, once older than `REWIND_BLOB_GRACE_S` (an hour): a younger one
+may belong to a commit in flight (uploaded, its row not committed yet). The decisions are
+here; every statement is the store's.
 """
 
 from __future__ import annotations
 
 import contextlib
 import math
+import os
 import time
 from typing import Any
 
@@ -24,6 +28,7 @@ from ..store.rows import (
 )
 
 DAY_S = 86400
+OBJECT_GRACE_S = 3600.0  # no commit is in flight that long: its uploads are older only if lost
 
 
 def older_than(value: Any) -> float:
@@ -59,6 +64,7 @@ def gc(rw, older_than_days: float, dry_run: bool = False, verify: bool = True) -
     """
     store = rw.store
     cutoff = time.time() - older_than(older_than_days) * DAY_S
+    grace = _grace_s()  # refused before anything is changed
     corrupt = store.corrupt_blobs() if verify else {}
     with contextlib.nullcontext() if dry_run else store.transaction():
         if not dry_run:
@@ -92,6 +98,7 @@ def gc(rw, older_than_days: float, dry_run: bool = False, verify: bool = True) -
         for doc in _read_docs(store, docs).values():
             keep.update(doc_refs(doc))
         orphans = {h: int(size or 0) for h, size in store.blob_sizes() if h not in keep or h in corrupt}
+        locations = {loc for loc in store.blob_locations(sorted(orphans)).values() if loc}
 
         if not dry_run:
             store.delete_cache_older(cutoff)
@@ -106,10 +113,39 @@ def gc(rw, older_than_days: float, dry_run: bool = False, verify: bool = True) -
             store.delete_blobs(orphans)
             if orphans:
                 store.forget_blobs()
-    return {
+    report = {
         "cache_entries": n_cache, "tool_entries": n_tools, "runs": len(purged),
         "blobs": len(orphans), "bytes": sum(orphans.values()), "corrupt_blobs": len(corrupt),
     }
+    locations |= store.object_locations() | ({store.objects.location} if store.objects else set())
+    if locations:
+        report.update(_sweep_objects(store, locations, grace, dry_run))
+    return report
+
+
+def _grace_s() -> float:
+    raw = os.environ.get("REWIND_BLOB_GRACE_S", "").strip()
+    try:
+        grace = float(raw) if raw else OBJECT_GRACE_S
+    except ValueError:
+        grace = -1.0
+    if not grace >= 0:
+        raise InvalidRequest(f"REWIND_BLOB_GRACE_S must be a number of seconds >= 0, not {raw!r}",
+                             field="REWIND_BLOB_GRACE_S")
+    return grace
+
+
+def _sweep_objects(store, locations: set, grace: float, dry_run: bool) -> dict:
+    """After the rows went (committed): remove the objects of `locations` no row refers to
+    and older than the grace period. Returns {objects, object_bytes}."""
+    cutoff = time.time() - grace
+    count = size = 0
+    for location in sorted(locations):
+        stray = store.stray_objects(location, cutoff)
+        if not dry_run:
+            store.delete_objects(location, stray)
+        count, size = count + len(stray), size + sum(stray.values())
+    return {"objects": count, "object_bytes": size}
 
 
 def _kept_references(store, purged: set, materialized: dict, cutoff: float) -> tuple:

@@ -5,7 +5,8 @@ the value's serde bytes. A read checks the bytes against the hash (`IntegrityErr
 longer match). A write of a hash already present compares the stored bytes with the new ones
 in SQL (by digest on PostgreSQL; nothing comes back unless they differ) and overwrites stored bytes that no longer
 match their hash, so re-running the same inputs repairs a corrupt value. Verified blobs and
-parsed docs are kept in memory (a content-addressed value never changes).
+parsed docs are kept in memory (a content-addressed value never changes). Large values may
+live in an object store, their rows holding only a reference (`objectrefs`).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import Any, Iterable, Optional, Sequence
 from . import serde
 from ..errors import IntegrityError, NotFound
 from .base import BlobStore
+from .objectrefs import SQLObjectRefs
 from .rows import blob_ok, make_doc
 from .sql import SQLBase, chunks, marks
 
@@ -36,7 +38,7 @@ def blob_insert(chunk: list, blobs: dict, now: float, returning: str = "") -> tu
             [x for h in chunk for x in (h, blobs[h], len(blobs[h]), now)])
 
 
-class SQLBlobs(SQLBase, BlobStore):
+class SQLBlobs(SQLObjectRefs, SQLBase, BlobStore):
     def _init_blob_memory(self) -> None:
         # Blobs this process read and verified or wrote and committed, least recently used
         # first, up to BLOB_MEMORY_BYTES: a hot blob (a cached output every fork replays) is
@@ -53,6 +55,7 @@ class SQLBlobs(SQLBase, BlobStore):
         self._ref_hashes: dict = {}
         self._docs: collections.OrderedDict = collections.OrderedDict()
         self._doc_memo: dict = {}
+        self._init_objects()
 
     # writing -------------------------------------------------------------------------------
     def put_blobs(self, blobs: dict, served: Optional[dict] = None) -> None:
@@ -83,8 +86,9 @@ class SQLBlobs(SQLBase, BlobStore):
     def _put_new(self, blobs: dict) -> None:
         if not blobs:
             return
-        ordered = sorted(blobs)  # one lock order for every writer (PostgreSQL row locks)
         now = time.time()
+        blobs = self._put_large(blobs, now)
+        ordered = sorted(blobs)  # one lock order for every writer (PostgreSQL row locks)
         present: list = []
         for chunk in chunks(ordered, _COMPARE_CHUNK):
             present += self._insert_blob_rows(chunk, blobs, now)
@@ -135,10 +139,10 @@ class SQLBlobs(SQLBase, BlobStore):
                 out[h] = hit[0]
                 self._touch(h)
         for chunk in (chunks(missing) if missing else ()):
-            for h, data in self.query(f"SELECT hash, data FROM blobs WHERE hash IN ({marks(len(chunk))})",
-                                      chunk):
-                data = bytes(data)
-                if not blob_ok(h, data):
+            for h, data, where in self.query(
+                    f"SELECT hash, data, location FROM blobs WHERE hash IN ({marks(len(chunk))})", chunk):
+                data = bytes(data) if where is None else self.object_bytes(h, where)
+                if where is None and not blob_ok(h, data):  # an object's were checked
                     raise IntegrityError(
                         f"blob {h[:12]}… no longer matches its hash: the database was altered "
                         "outside Rewind; run `python -m rewind gc` to drop it (re-running the "
@@ -285,17 +289,25 @@ class SQLBlobs(SQLBase, BlobStore):
 
     # maintenance ---------------------------------------------------------------------------
     def raw_blobs(self, hashes: Iterable[str]) -> dict:
-        """{hash: stored bytes} as they are (no verification, nothing kept in memory)."""
-        return {h: bytes(d) for h, d in
-                self.query_in("SELECT hash, data FROM blobs WHERE hash IN ({marks})", sorted(set(hashes)))}
+        """{hash: stored bytes} as they are (no verification, nothing kept in memory); an
+        object store's bytes are fetched, a missing object is left out."""
+        out = {}
+        for h, d, where in self.query_in("SELECT hash, data, location FROM blobs WHERE hash IN "
+                                         "({marks})", sorted(set(hashes))):
+            d = bytes(d) if where is None else self.object_bytes(h, where, verify=False)
+            if d is not None:
+                out[h] = d
+        return out
 
     def corrupt_blobs(self) -> dict:
-        """{hash: size} of blobs whose bytes no longer match their hash (read in pages)."""
+        """{hash: size} of inline blobs whose bytes no longer match their hash (read in pages;
+        an object store's are verified when read)."""
         bad: dict = {}
         last = ""
         while True:
             rows = self.query(
-                "SELECT hash, data, size FROM blobs WHERE hash > ? ORDER BY hash LIMIT 200", (last,)
+                "SELECT hash, data, size FROM blobs WHERE hash > ? AND location IS NULL "
+                "ORDER BY hash LIMIT 200", (last,)
             )
             if not rows:
                 return bad

@@ -27,6 +27,8 @@
     9  runs.turns_json: per call that drove a run (`run`, each `resume`), its first step and
        halt conditions, so that a fork replays each later turn as that call (engine.turns).
        A run of an older version has none: its forks stop at its step count, as before
+   10  blobs.location: a large value's bytes may live in an object store (store.objects); its
+       row keeps the hash, the size and where, with empty `data`. NULL for every older row
 
 A database with tables but no `schema_version` is another application's: it is refused
 with a StoreError and left as it was (on SQLite not even its journal mode is set).
@@ -169,6 +171,7 @@ MIGRATIONS = (
               lambda store: store._batch_search_index()),
     Migration(8, "cache hits counted once per commit, in cache_stat; partial runs_parent, runs_owner", _version_8),
     Migration(9, "runs.turns_json: the calls that drove a run", _add_columns_since(9)),
+    Migration(10, "blobs.location: large values in an object store", _add_columns_since(10)),
 )
 SCHEMA_VERSION = MIGRATIONS[-1].version
 

@@ -179,7 +179,9 @@ TOOL_CACHE = Table(
 BLOBS = Table(
     "blobs",
     (C("hash", required=True), C("data", BLOB, required=True), C("size", BIGINT, required=True),
-     C("created_at", FLOAT, required=True)),
+     C("created_at", FLOAT, required=True),
+     # NULL: the bytes are `data`; else the object store holding them (`data` empty), see objects
+     C("location", since=10)),
     primary_key=("hash",),
 )
 ALARMS = Table(

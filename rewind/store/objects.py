@@ -1,0 +1,277 @@
+"""Object stores: where the bytes of a large value live when the database keeps only its
+reference (hash, size, location) in `blobs`.
+
+    s3://bucket/prefix[?endpoint=http://host:port]   any S3-compatible store (AWS S3, MinIO,
+                                                     Cloudflare R2, Ceph) through boto3
+    file:///absolute/folder                          a local folder
+
+An object is named by its content hash (`<prefix>/<hash>`), so the same value is one object
+however many runs refer to it. Credentials, region and endpoint come from the usual AWS
+environment (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_DEFAULT_REGION, AWS_ENDPOINT_URL_S3
+or AWS_ENDPOINT_URL) or the URL's `endpoint=`; never from the URL's user part. Every failure to
+reach the store is a `StoreError` naming it; a missing object is `ObjectMissing`. The choice of
+what goes where (the threshold) and the verification of what comes back are `blobs`'.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+import threading
+import urllib.parse
+from typing import Iterable, Optional
+
+from ..errors import InvalidRequest, StoreError
+
+INLINE_MAX_DEFAULT = 256 * 1024  # REWIND_BLOB_INLINE_MAX: larger values go to the object store
+
+
+class ObjectMissing(Exception):
+    """The object store holds no object of that name."""
+
+
+def inline_max(value: Optional[str] = None) -> int:
+    """The size above which a value goes to the object store (REWIND_BLOB_INLINE_MAX)."""
+    raw = os.environ.get("REWIND_BLOB_INLINE_MAX") if value is None else value
+    if raw is None or not str(raw).strip():
+        return INLINE_MAX_DEFAULT
+    try:
+        n = int(str(raw).strip())
+    except ValueError:
+        n = -1
+    if n < 0:
+        raise InvalidRequest(f"REWIND_BLOB_INLINE_MAX must be a number of bytes >= 0, not {raw!r}",
+                             field="REWIND_BLOB_INLINE_MAX")
+    return n
+
+
+class ObjectStore:
+    """One object store. `location` is what a blob row records (no endpoint, no secret);
+    `reads`/`writes` count objects fetched and stored by this process (benchmarks, tests)."""
+
+    location: str = ""
+
+    def __init__(self) -> None:
+        self.reads = 0
+        self.writes = 0
+
+    def put(self, h: str, data: bytes) -> None: raise NotImplementedError
+
+    def get(self, h: str) -> bytes: raise NotImplementedError
+
+    def size(self, h: str) -> Optional[int]:
+        """The stored object's size, None when there is none (no bytes travel)."""
+        raise NotImplementedError
+
+    def delete(self, hashes: Iterable[str]) -> None: raise NotImplementedError
+
+    def listing(self) -> Iterable[tuple]:
+        """(hash, size, modified epoch seconds) of every object under the location."""
+        raise NotImplementedError
+
+    def _fail(self, what: str, error: BaseException) -> StoreError:
+        first = (str(error).strip().splitlines() or [type(error).__name__])[0]
+        return StoreError(f"object store {self.location} could not {what}: {first}; check that "
+                          "it is reachable and that the credentials may read and write it")
+
+
+class FileObjects(ObjectStore):
+    """A local folder: one file per object, written whole (temporary file, then rename)."""
+
+    def __init__(self, location: str, root: str):
+        super().__init__()
+        self.location, self.root = location, root
+
+    def _path(self, h: str) -> str:
+        return os.path.join(self.root, h)
+
+    def put(self, h: str, data: bytes) -> None:
+        try:
+            os.makedirs(self.root, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=self.root, prefix=".incoming-")
+            try:
+                with os.fdopen(fd, "wb") as f:
+                    f.write(data)
+                os.replace(tmp, self._path(h))  # never a half-written object under its name
+            except BaseException:
+                with contextlib.suppress(OSError):
+                    os.unlink(tmp)
+                raise
+        except OSError as e:
+            raise self._fail(f"store object {h[:12]}…", e) from None
+        self.writes += 1
+
+    def get(self, h: str) -> bytes:
+        self.reads += 1
+        try:
+            with open(self._path(h), "rb") as f:
+                return f.read()
+        except FileNotFoundError:
+            if not os.path.isdir(self.root):
+                raise self._fail(f"read object {h[:12]}…", OSError(f"no folder {self.root}")) from None
+            raise ObjectMissing(h) from None
+        except OSError as e:
+            raise self._fail(f"read object {h[:12]}…", e) from None
+
+    def size(self, h: str) -> Optional[int]:
+        try:
+            return os.path.getsize(self._path(h))
+        except FileNotFoundError:
+            return None
+        except OSError as e:
+            raise self._fail(f"check object {h[:12]}…", e) from None
+
+    def delete(self, hashes: Iterable[str]) -> None:
+        for h in hashes:
+            with contextlib.suppress(OSError):
+                os.unlink(self._path(h))
+
+    def listing(self) -> Iterable[tuple]:
+        try:
+            names = os.listdir(self.root)
+        except FileNotFoundError:
+            return []
+        out = []
+        for name in names:
+            if name.startswith("."):  # an upload in progress
+                continue
+            with contextlib.suppress(OSError):
+                st = os.stat(self._path(name))
+                out.append((name, st.st_size, st.st_mtime))
+        return out
+
+
+class S3Objects(ObjectStore):
+    """An S3 bucket (or S3-compatible server) through boto3; the client is made on first use,
+    so a store that never reads or writes a large value never imports boto3."""
+
+    def __init__(self, location: str, bucket: str, prefix: str, endpoint: Optional[str]):
+        super().__init__()
+        self.location, self.bucket, self.prefix, self.endpoint = location, bucket, prefix, endpoint
+        self._client = None
+        self._lock = threading.Lock()
+
+    @property
+    def client(self):
+        with self._lock:
+            if self._client is None:
+                try:
+                    import boto3
+                    from botocore.config import Config
+                except ImportError:  # pragma: no cover - the `objects` extra is not installed
+                    raise StoreError(f"object store {self.location} needs boto3: "
+                                     "pip install 'rewind[objects]'") from None
+                endpoint = self.endpoint or os.environ.get("AWS_ENDPOINT_URL_S3") or \
+                    os.environ.get("AWS_ENDPOINT_URL")
+                config = Config(retries={"max_attempts": 3, "mode": "standard"},
+                                connect_timeout=5, read_timeout=60,
+                                # MinIO, moto, Ceph on a host name without bucket subdomains
+                                s3={"addressing_style": "path"} if endpoint else None)
+                region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") \
+                    or "us-east-1"
+                self._client = boto3.session.Session().client(
+                    "s3", endpoint_url=endpoint, region_name=region, config=config)
+            return self._client
+
+    def _key(self, h: str) -> str:
+        return f"{self.prefix}/{h}" if self.prefix else h
+
+    def _call(self, what: str, fn, **kw):
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        try:
+            return fn(**kw)
+        except ClientError as e:
+            code = str(e.response.get("Error", {}).get("Code", ""))
+            if code in ("NoSuchKey", "404", "NotFound"):
+                raise ObjectMissing(kw.get("Key", "")) from None
+            raise self._fail(what, e) from None
+        except BotoCoreError as e:
+            raise self._fail(what, e) from None
+
+    def put(self, h: str, data: bytes) -> None:
+        self._call(f"store object {h[:12]}…", self.client.put_object, Bucket=self.bucket,
+                   Key=self._key(h), Body=data)
+        self.writes += 1
+
+    def get(self, h: str) -> bytes:
+        self.reads += 1
+        got = self._call(f"read object {h[:12]}…", self.client.get_object, Bucket=self.bucket,
+                         Key=self._key(h))
+        try:
+            return got["Body"].read()
+        except Exception as e:  # the connection dropped mid-body
+            raise self._fail(f"read object {h[:12]}…", e) from None
+
+    def size(self, h: str) -> Optional[int]:
+        try:
+            head = self._call(f"check object {h[:12]}…", self.client.head_object,
+                              Bucket=self.bucket, Key=self._key(h))
+        except ObjectMissing:
+            return None
+        return int(head["ContentLength"])
+
+    def delete(self, hashes: Iterable[str]) -> None:
+        keys = [{"Key": self._key(h)} for h in hashes]
+        for i in range(0, len(keys), 1000):  # S3's limit per request
+            self._call("delete objects", self.client.delete_objects, Bucket=self.bucket,
+                       Delete={"Objects": keys[i:i + 1000], "Quiet": True})
+
+    def listing(self) -> Iterable[tuple]:
+        pages = self.client.get_paginator("list_objects_v2").paginate(
+            Bucket=self.bucket, Prefix=f"{self.prefix}/" if self.prefix else "")
+        out = []
+        for page in self._call("list objects", lambda: list(pages)):
+            for o in page.get("Contents", []):
+                name = o["Key"].rsplit("/", 1)[-1]
+                out.append((name, int(o["Size"]), o["LastModified"].timestamp()))
+        return out
+
+
+_OPEN: dict = {}
+_OPEN_LOCK = threading.Lock()
+
+
+def open_objects(url: str, source: str = "blobs") -> ObjectStore:
+    """The object store at `url` (one instance per URL per process: its client is reused).
+    A URL that is neither s3://bucket[/prefix] nor file:///absolute/folder is an InvalidRequest
+    naming `source`."""
+    url = str(url).strip()
+    with _OPEN_LOCK:
+        # a row's location (no endpoint) is the store opened from a fuller URL, if one was
+        got = _OPEN.get(url) or _OPEN.get(("location", url))
+        if got is None:
+            got = _OPEN[url] = _parse(url, source)
+            _OPEN.setdefault(("location", got.location), got)
+        return got
+
+
+def _parse(url: str, source: str) -> ObjectStore:
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme == "file":
+        if parts.netloc or not parts.path.startswith("/") or parts.query:
+            raise InvalidRequest(f"{source}: {url!r} is no file:///absolute/folder URL "
+                                 "(three slashes, an absolute path, no options)", field=source)
+        root = os.path.normpath(urllib.parse.unquote(parts.path))
+        return FileObjects(f"file://{root}", root)
+    if parts.scheme == "s3":
+        if "@" in parts.netloc:  # never echo it: it may hold a secret
+            raise InvalidRequest(f"{source}: an s3:// URL names no user or password; give "
+                                 "credentials in AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY",
+                                 field=source)
+        bucket, prefix = parts.netloc, parts.path.strip("/")
+        if not bucket:
+            raise InvalidRequest(f"{source}: {url!r} names no bucket (s3://bucket/prefix)",
+                                 field=source)
+        endpoint = None
+        for name, value in urllib.parse.parse_qsl(parts.query, keep_blank_values=True):
+            if name != "endpoint" or not value.startswith(("http://", "https://")):
+                raise InvalidRequest(f"{source}: unknown option {name}={value!r} in {url!r}; the "
+                                     "one option is endpoint=http(s)://host:port", field=source)
+            endpoint = value
+        location = f"s3://{bucket}/{prefix}" if prefix else f"s3://{bucket}"
+        return S3Objects(location, bucket, prefix, endpoint)
+    raise InvalidRequest(f"{source}: {url!r} is not an object store URL; use s3://bucket/prefix "
+                         "or file:///absolute/folder (or leave it unset: values stay in the "
+                         "database)", field=source)
