@@ -101,7 +101,6 @@ if kind == "success":
     st.success(icon=":material/check_circle:", body=text)
 else:
     st.warning(icon=":material/call_split:", body=text)
-st.caption(f"Verdict: {md(d.verdict)}")
 fork_caption = view.fork_caption(run_a, run_b)
 if fork_caption:
     st.caption(fork_caption)
@@ -114,9 +113,10 @@ st.caption(view.dollars_caption(costs.run_costs(run_a), costs.run_costs(run_b)))
 
 # --- graph and rows ----------------------------------------------------------------------------
 rows_by_key = view.rows_by_key(d)
+shown = view.shown_statuses(run_a, run_b)
 nodes, edges = core.graph_of(run_b)
 focus, _ = graph_picker(
-    ug.diff_graph_spec(nodes, edges, d.rows),
+    ug.diff_graph_spec(nodes, edges, d.rows, shown),
     (ug.STATUS_COLORS, ug.STATUS_HELP, ug.DIFF_MARKS, ug.DIFF_SIDES_HELP), view.choices(d),
     f"diff_node:{a_id}:{b_id}", f"_ag_diff_{a_id}_{b_id}", "Node", default=view.first_diverged(d),
     empty="Neither run has steps.", where="in these runs",
@@ -125,7 +125,7 @@ focus, _ = graph_picker(
 
 # a static table wraps its text: every reason is on screen at 1280 px, no horizontal scrolling
 # (st.table renders cells as markdown, hence md_rows)
-st.table(fmt.md_rows(view.table(d, with_noise=noisy is not None)), hide_index=True)
+st.table(fmt.md_rows(view.table(d, with_noise=noisy is not None, shown=shown)), hide_index=True)
 
 # --- one node side by side ---------------------------------------------------------------------
 if focus:
@@ -135,23 +135,29 @@ if focus:
         (st.warning if r.noise == "beyond noise" else st.info)(f"Noise band: {md(r.noise)}")
         if r.noise_detail:
             st.table(fmt.md_rows(calls_view.noise_detail_rows(r.noise_detail)), hide_index=True)
+    outputs = {}
     for col, (label, run, h, status, reason) in zip(st.columns(2), view.sides(r, run_a, run_b)):
         with col:
-            st.markdown(f"**{label}** · {md(status or 'absent')}")
+            side = label.lower()
+            st.markdown(f"**{label}** · {md(shown.get((side, r.node, r.occurrence), status) or 'absent')}")
             st.text(reason or "—")
-            st.code(h or "—", language=None)
+            st.code(h or "—", language=None, wrap_lines=True)  # a whole hash, never cut at the edge
             try:
-                outputs = run.step(r.node, r.occurrence).outputs if status else None
+                outputs[side] = run.step(r.node, r.occurrence).outputs if status else None
             except (KeyError, rewind.RewindError) as e:
-                outputs = None
+                outputs[side] = None
                 st.caption(f"outputs unavailable: {md(e)}")
-            if outputs is not None:
-                textview.show_fields(outputs)
+            if outputs[side] is not None:
+                textview.show_fields(outputs[side])
     if r.text_diffs:
-        st.markdown("**Text diff**")
-        for name, diff_text in r.text_diffs.items():
+        st.markdown("**Text diff** · the changed words marked: A's struck through on red, B's on green")
+        for name, html, unified in view.text_diff_views(r, outputs.get("a"), outputs.get("b")):
             st.caption(md(name))
-            st.code(diff_text or "(whitespace only)", language="diff")
+            if html:
+                st.html(html)
+            # the unified diff too (to copy), wrapped: an edit in a long line stays on screen
+            with st.expander("Unified diff", expanded=html is None):
+                st.code(unified or "(whitespace only)", language="diff", wrap_lines=True)
     if r.field_diffs:
         st.markdown("**Field-level diff**")
         st.dataframe(view.field_rows(r), hide_index=True, width="stretch")

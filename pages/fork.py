@@ -5,7 +5,7 @@ points, the preview and the replay summary come from rewind_ui/fork_view.py."""
 import streamlit as st
 
 import rewind
-from rewind_ui import access, core, editors, fmt, selection, shell, textview
+from rewind_ui import access, core, editors, fmt, selection, shell
 from rewind_ui import model_settings
 from rewind_ui import fork_view as view
 from rewind_ui import graph as ug
@@ -141,10 +141,14 @@ elif not edit and not params:
         "hashes) — useful to prove the cache is sound."
     )
 else:
-    # long values are cut here (the whole value is what the replay sends)
-    textview.show_json(fmt.preview_value(fmt.to_jsonable({"at": key, "edit": edit, "params": params})))
-    for text in view.text_diffs({**edit, **params}, {**poriginals, **originals}):
-        st.code(text, language="diff")
+    # in words, one change a line; a long text's changed words marked below it (wrapping, so an
+    # edit in the middle of a long prompt is on screen; long values are cut here, the replay
+    # sends them whole)
+    st.markdown(f"Replaying from **{md(key)}** changes:\n"
+                + "\n".join(f"- {md(line, 400)}"
+                            for line in view.change_lines(point.node, edit, params, originals, poriginals)))
+    for _name, html in view.text_diffs({**edit, **params}, {**poriginals, **originals}):
+        st.html(html)
 
 side_nodes = view.side_effect_nodes(pipeline)
 if access.side_effects_allowed():

@@ -3,6 +3,7 @@ What each part shows is computed in rewind_ui/runs_view.py; this file lays it ou
 
 import json
 
+import pandas as pd
 import streamlit as st
 
 import rewind
@@ -49,7 +50,7 @@ def start_run(pipeline, state: dict, use_cache: bool = True):
 
 # --- header and the first demo run -------------------------------------------------------------
 
-head, demo_col = st.columns([4, 1], vertical_alignment="bottom")
+head, demo_col = st.columns([3, 1], vertical_alignment="bottom")  # the button's label whole at 1280 px
 with head:
     st.title("Runs")
 total_all = core.runs_count()
@@ -106,7 +107,7 @@ with st.expander("Start a run", icon=":material/play_arrow:", expanded=total_all
 # --- the table ---------------------------------------------------------------------------------
 
 st.subheader("All runs")
-f1, f2, f3, f4, f5 = st.columns([2, 2, 3, 1.3, 1.2], vertical_alignment="bottom")
+f1, f2, f3, f4, f5 = st.columns([2, 2, 2.6, 1.6, 1.2], vertical_alignment="bottom")  # "Forks only" whole
 pipeline_filter = f1.selectbox("Pipeline", [view.ALL] + core.pipeline_names(), key="flt_pipeline",
                                persist_state="session", on_change=_filters_changed)
 status_filter = f2.selectbox("Status", [view.ALL, *view.RUN_STATUSES], key="flt_status", persist_state="session", on_change=_filters_changed)
@@ -156,18 +157,21 @@ def _on_table_select() -> None:
 
 
 if rows:
+    open_id = st.session_state.get(selection.SEL_RUN) or rows[0]["id"]  # the first row opens by default
+    # the open run's row highlighted (a table selection cannot be set from code: a run opened
+    # by a link, the lineage or the id box would otherwise be unmarked)
+    styles = view.open_row_styles(rows, open_id)
+    frame = pd.DataFrame(view.table(rows))
     st.dataframe(
-        view.table(rows), key="runs_table", on_select=_on_table_select, selection_mode="single-row",
+        frame.style.apply(lambda row: [styles[row.name]] * len(row), axis=1)
+        .format(thousands=",", subset=["Tokens"]),
+        key="runs_table", on_select=_on_table_select, selection_mode="single-row",
         hide_index=True, width="stretch",
-        column_config={
-            "Question / first input": st.column_config.TextColumn(width="medium"),
-            "Run": st.column_config.TextColumn(width=140),
-            "Parent": st.column_config.TextColumn(width=140),
-            "Started": st.column_config.TextColumn(width="small"),
-            fmt.LATENCY_COLUMN: st.column_config.NumberColumn(format="%.1f"),
-        },
+        column_config={name: (st.column_config.NumberColumn if name == "Tokens" else st.column_config.TextColumn)(
+            width=px, help=view.COLUMN_HELP.get(name)) for name, px in view.column_widths().items()},
     )
-    st.caption(view.showing(offset, len(rows), total))
+    note = view.open_note(rows, open_id)
+    st.caption(view.showing(offset, len(rows), total) + (f" · {md(note)}" if note else ""))
 else:
     st.caption("No runs match these filters." if total_all else "")
 
@@ -276,11 +280,18 @@ if sel_key:
 selection.write_query_params({"run": run.id, "node": sel_key})
 
 st.markdown("**Steps**")
-st.dataframe(view.step_rows(run), hide_index=True, width="stretch",
-             column_config={"Reason": st.column_config.TextColumn(width="large"),
-                            "#": st.column_config.NumberColumn(width=40)})
+step_rows = view.step_rows(run)
+status_css = view.status_cell_styles(step_rows)
+# a Styler's display values win over column formats: the latency keeps its one decimal here
+st.dataframe(pd.DataFrame(step_rows).style.apply(lambda col: status_css, subset=["Status"])
+             .format(precision=1, subset=[fmt.LATENCY_COLUMN]).format(thousands=",", subset=["Spent", "Cost"])
+             if step_rows else step_rows,
+             hide_index=True, width="stretch",
+             column_config={name: (st.column_config.TextColumn if name in ("Node", "Status", "Reason")
+                                   else st.column_config.NumberColumn)(width=px)
+                            for name, px in view.step_column_widths(step_rows).items()})
 if run.steps:
-    keys, colors, hover = list(by_key), view.status_colors(run.steps), [s.status for s in run.steps]
+    keys, colors, hover = list(by_key), view.status_colors(run.steps), [fmt.shown_status(s) for s in run.steps]
     for col, (title, values, unit, chart_key) in zip(st.columns(2), view.chart_series(run)):
         col.plotly_chart(charts.node_bars(title, keys, values, unit, colors, hover), width="stretch", key=chart_key)
 
@@ -288,6 +299,9 @@ if run.steps:
 if sel_key and sel_key in by_key:
     step = by_key[sel_key]
     st.markdown(view.step_title(sel_key, step))
+    note = view.step_note(step)
+    if note:
+        st.caption(note)
     for col, (label, value, help_text) in zip(st.columns(5), view.step_metrics(step)):  # short labels
         col.metric(label, value, help=help_text)
     st.caption("Reason")

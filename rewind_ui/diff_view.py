@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-from . import fmt
+from . import fmt, worddiff
 from .graph import diff_outcome
 from .steps import Choice
 
@@ -83,13 +83,16 @@ def fork_caption(run_a: Any, run_b: Any) -> Optional[str]:
             + (f" · params: {md(fmt.json_line(run_b.params), 300)}" if run_b.params else ""))
 
 
-def table(d: Any, with_noise: bool) -> list:
+def table(d: Any, with_noise: bool, shown: Optional[dict] = None) -> list:
     """One row per aligned step: the why (B's reason, which is what changed) before the numbers,
     A's reason last (an original run's reasons are mostly `no earlier entry`); the hashes are in
-    the node's detail. Costs are the core's (rewind.costs): Δ cost is 0 where inputs did not change."""
+    the node's detail. Costs are the core's (rewind.costs): Δ cost is 0 where inputs did not change.
+    `shown` (shown_statuses) names the statuses as the pages show them."""
+    shown = shown or {}
     return [
-        {"Node": k, "Match": fmt.MATCH_MARK[r.identical], "A status": r.a_status or "—",
-         "B status": r.b_status or "—", "B reason": r.b_reason, "Δ cost": r.cost_delta,
+        {"Node": k, "Match": fmt.MATCH_MARK[r.identical],
+         "A status": shown.get(("a", r.node, r.occurrence), r.a_status) or "—",
+         "B status": shown.get(("b", r.node, r.occurrence), r.b_status) or "—", "B reason": r.b_reason, "Δ cost": r.cost_delta,
          "A cost": r.a_cost, "B cost": r.b_cost, "B spent": r.b_tokens,
          **({"Noise": r.noise or "—"} if with_noise else {}), "A reason": r.a_reason}
         for k, r in rows_by_key(d).items()
@@ -116,6 +119,29 @@ def cost_series(d: Any) -> tuple:
 def latency_series(d: Any) -> tuple:
     return ([fmt.latency_value(r.a_latency_ms) for r in d.rows],
             [fmt.latency_value(r.b_latency_ms) for r in d.rows])
+
+
+def text_diff_views(r: Any, outputs_a: Any, outputs_b: Any) -> list:
+    """[(field, HTML or None, the core's unified diff)] for one node's changed text fields: the
+    changed words marked when both sides' values are text (wrapping: an edit in the middle of
+    a long line is on screen), else None and the page shows the unified diff wrapped."""
+    out = []
+    for name, unified in (r.text_diffs or {}).items():
+        a = outputs_a.get(name) if isinstance(outputs_a, dict) else None
+        b = outputs_b.get(name) if isinstance(outputs_b, dict) else None
+        html = None
+        if isinstance(a, str) and isinstance(b, str):
+            lines = worddiff.diff_lines(a, b)
+            html = worddiff.to_html(lines) if lines else None
+        out.append((name, html, unified))
+    return out
+
+
+def shown_statuses(run_a: Any, run_b: Any) -> dict:
+    """{("a" | "b", node, occurrence): the status a page shows} for both runs' steps, so a step
+    that re-ran with every model call served reads as such here too (fmt.shown_status)."""
+    return {(side, s.node, s.occurrence): fmt.shown_status(s)
+            for side, run in (("a", run_a), ("b", run_b)) for s in run.steps}
 
 
 def noise_rows(d: Any, k: int) -> list:

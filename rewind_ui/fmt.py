@@ -65,9 +65,26 @@ def tooltip_escape(text: Any, limit: int = 600) -> str:
     return html.escape(s, quote=True)
 
 
+# A display distinction, never a stored status (Step.status stays executed|cached|dry-run|
+# failed|inherited): a step that ran again but had every model call answered by the model-call
+# cache spent nothing and sent nothing, which "executed · 0 tokens" in the colour of a real
+# re-run hides.
+SERVED_RERUN = "re-ran · calls served"
+
+
+def shown_status(step: Any) -> str:
+    """The status a page shows for a step: SERVED_RERUN for an executed step that made at
+    least one model call and had every one served from the model-call cache, else its status."""
+    status = getattr(step, "status", None) or ""
+    calls = list(getattr(step, "calls", None) or [])
+    if status == "executed" and calls and all(isinstance(c, dict) and c.get("served") for c in calls):
+        return SERVED_RERUN
+    return status
+
+
 STATUS_DOT = {
     "executed": ":green[●]", "cached": ":blue[●]", "dry-run": ":orange[●]", "failed": ":red[●]",
-    "inherited": ":violet[●]",
+    "inherited": ":violet[●]", SERVED_RERUN: ":blue[◐]",
 }
 
 
@@ -82,6 +99,18 @@ def status_dot(status: str) -> str:
 
 
 
+
+
+def fmt_started(ts: Any, now: Optional[_dt.datetime] = None) -> str:
+    """A run's start for the runs table, short: `Dec 6 10:08`, with the year for another
+    year's run (`2025-12-06`); `—` when unknown."""
+    try:
+        when = _dt.datetime.fromtimestamp(float(ts))
+    except (TypeError, ValueError, OverflowError, OSError):
+        return "—"
+    if when.year != (now or _dt.datetime.now()).year:
+        return when.strftime("%Y-%m-%d")
+    return f"{when:%b} {when.day} {when:%H:%M}"
 
 
 # tables and charts carry latency as a number (sortable, plottable), always in this unit
@@ -99,7 +128,8 @@ def step_line(step: Any) -> str:
     """One progress line for a finished step (markdown; names escaped)."""
     key = step_key(step.node, getattr(step, "occurrence", 1))
     saved = getattr(step, "tokens_saved", 0)
-    return (f"{status_dot(step.status)} **{md_escape(key)}** — {md_escape(step.status)} · "
+    status = shown_status(step)
+    return (f"{status_dot(status)} **{md_escape(key)}** — {md_escape(status)} · "
             f"{fmt_tokens(step.tokens)} tokens" + (f" (saved {fmt_tokens(saved)})" if saved else "")
             + f" · {fmt_ms(step.latency_ms)}")
 

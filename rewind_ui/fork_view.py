@@ -9,13 +9,12 @@ to be one.
 
 from __future__ import annotations
 
-import difflib
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
 from rewind.costs import run_costs
 
-from . import fmt
+from . import fmt, worddiff
 from .graph import NOT_REACHED
 from .steps import numbered
 
@@ -36,6 +35,7 @@ class ForkPoint:
     # rewind.RewindError for a purged value); a node not reached reads the saved state
     load_inputs: Callable[[], dict] = dict
     reached: bool = True
+    shown: str = ""  # the status a page shows (fmt.shown_status), when it differs from `status`
 
     def inputs(self) -> dict:
         return dict(self.load_inputs())
@@ -44,7 +44,8 @@ class ForkPoint:
 def from_step(step: Any) -> ForkPoint:
     return ForkPoint(key=fmt.step_key(step.node, step.occurrence), node=step.node,
                      occurrence=step.occurrence, status=step.status, reason=step.reason or "",
-                     params=dict(step.params or {}), load_inputs=lambda: step.inputs)
+                     params=dict(step.params or {}), load_inputs=lambda: step.inputs,
+                     shown=fmt.shown_status(step))
 
 
 def not_reached(nxt: dict, pipeline: Any) -> ForkPoint:
@@ -68,7 +69,7 @@ def fork_points(run: Any, nxt: Optional[dict], pipeline: Any) -> list:
 
 
 def choices(points: list) -> list:
-    return numbered((p.node, p.occurrence, p.status) for p in points)
+    return numbered((p.node, p.occurrence, p.shown or p.status) for p in points)
 
 
 def shown_params(pipeline: Any, point: ForkPoint) -> list:
@@ -79,19 +80,43 @@ def shown_params(pipeline: Any, point: ForkPoint) -> list:
             for n in names if n in point.params or n in defaults]
 
 
-def text_diffs(changed: dict, originals: dict, limit: int = fmt.PREVIEW_CHARS) -> list:
-    """Unified diffs of the text fields that changed (for the preview); a side longer than
-    `limit` is cut first, so a huge edit never dumps itself into the page."""
+def text_diffs(changed: dict, originals: dict) -> list:
+    """[(field, HTML)]: the text fields that changed, their changed words marked (worddiff,
+    which cuts long passages and caps what it draws: a huge edit never dumps itself into the
+    page)."""
     out = []
     for name, value in changed.items():
         before = originals.get(name)
         if isinstance(before, str) and isinstance(value, str):
-            before, value = fmt.preview_text(before, limit), fmt.preview_text(value, limit)
-            text = "\n".join(difflib.unified_diff(before.splitlines(), value.splitlines(),
-                                                  f"recorded/{name}", f"edited/{name}", lineterm="", n=1))
-            if text:
-                out.append(text)
+            lines = worddiff.diff_lines(before, value)
+            if lines:
+                out.append((name, worddiff.to_html(lines, title=name)))
     return out
+
+
+SHORT_TEXT = 60  # a text up to this long, on one line, is quoted whole in a sentence
+
+
+def _value(value: Any, known: bool = True) -> str:
+    return fmt.json_line(value, 80) if known else "(not set)"
+
+
+def _change(before: Any, after: Any, known: bool) -> str:
+    """`"Why?" → "How?"`, or for a long text `text changed (… characters, 1 passage marked below)`."""
+    if isinstance(before, str) and isinstance(after, str) and known and not all(
+            len(t) <= SHORT_TEXT and "\n" not in t for t in (before, after)):
+        marked = worddiff.changed_count(worddiff.diff_lines(before, after))
+        return (f"text changed ({len(before):,} → {len(after):,} characters"
+                + (f", {marked} passage{'s' if marked != 1 else ''} marked below)" if marked else ")"))
+    return f"{_value(before, known)} → {_value(after)}"
+
+
+def change_lines(node: str, edit: dict, params: dict, originals: dict, poriginals: dict) -> list:
+    """What a fork will change, one plain sentence each (the page escapes them): a field the
+    node reads (`question: "Why?" → "How?"`, or for a long text its size and how many passages
+    changed), then a parameter of the node (`critique: temperature 0.7 → 0.9`)."""
+    return ([f"{k}: {_change(originals.get(k), v, k in originals)}" for k, v in edit.items()]
+            + [f"{node}: {k} {_change(poriginals.get(k), v, k in poriginals)}" for k, v in params.items()])
 
 
 def side_effect_nodes(pipeline: Any) -> list:

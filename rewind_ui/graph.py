@@ -8,12 +8,13 @@ from __future__ import annotations
 
 from typing import Any, Iterable, Optional
 
-from .fmt import fmt_ms, fmt_tokens, tooltip_escape
+from .fmt import SERVED_RERUN, fmt_ms, fmt_tokens, shown_status, tooltip_escape
 
 NOT_REACHED = "not reached"
 
 STATUS_COLORS = {
     "executed": "#2e7d32",
+    SERVED_RERUN: "#00838f",  # between a real re-run (green) and a cache hit (blue): teal
     "cached": "#1565c0",
     "dry-run": "#ef8f00",
     "failed": "#c62828",
@@ -22,6 +23,7 @@ STATUS_COLORS = {
 }
 STATUS_HELP = {
     "executed": "ran in this run (spent tokens)",
+    SERVED_RERUN: "ran again, every model call served from the model-call cache (0 tokens, nothing sent)",
     "cached": "served from the cache (0 tokens)",
     "dry-run": "side effect not performed",
     "failed": "raised an error",
@@ -52,17 +54,19 @@ FORK_MARK = "↳"
 SELECTED_HALO = "#ffb300"
 
 # when a node ran several times, the colour shows the most telling visit
-_PRIORITY = ["failed", "executed", "dry-run", "cached", "inherited"]
+_PRIORITY = ["failed", "executed", SERVED_RERUN, "dry-run", "cached", "inherited"]
 
 
 def node_status(steps: Iterable[Any]) -> dict:
-    """{node: status} over a trajectory; a node visited several times shows its most
-    telling status (failed > executed > dry-run > cached > inherited)."""
+    """{node: status shown} over a trajectory; a node visited several times shows its most
+    telling status (failed > executed > re-ran · calls served > dry-run > cached > inherited)."""
     out: dict = {}
     for s in steps:
-        prev = out.get(s.node)
-        if prev is None or _PRIORITY.index(s.status) < _PRIORITY.index(prev):
-            out[s.node] = s.status if s.status in _PRIORITY else prev or s.status
+        prev, status = out.get(s.node), shown_status(s)
+        if status not in _PRIORITY:
+            out[s.node] = prev or status
+        elif prev is None or prev not in _PRIORITY or _PRIORITY.index(status) < _PRIORITY.index(prev):
+            out[s.node] = status
     return out
 
 
@@ -136,7 +140,7 @@ def run_graph_spec(nodes: list, edges: list, steps: list, alarmed: Iterable[str]
         status = statuses.get(n, NOT_REACHED)
         lines = [f"{n}: {status}"]
         for s in by_node.get(n, []):
-            head = f"#{s.occurrence} {s.status}" if len(by_node[n]) > 1 else s.status
+            head = f"#{s.occurrence} {shown_status(s)}" if len(by_node[n]) > 1 else shown_status(s)
             lines.append(f"{head} · {fmt_tokens(s.tokens)} tokens · {fmt_ms(s.latency_ms)}")
             if s.reason:
                 lines.append(s.reason)
@@ -168,9 +172,16 @@ def _side_status(statuses: list) -> str:
     return min(known, key=_PRIORITY.index) if known else NOT_REACHED
 
 
-def diff_graph_spec(nodes: list, edges: list, rows: list) -> dict:
+def diff_graph_spec(nodes: list, edges: list, rows: list, shown: Optional[dict] = None) -> dict:
     """Both sides' statuses on each node (fill B, border A, see STATUS_COLORS), the
-    identical/diverged mark in the label, tooltips with both sides' reasons and costs."""
+    identical/diverged mark in the label, tooltips with both sides' reasons and costs. `shown`
+    maps ("a" | "b", node, occurrence) to the status a page shows (diff_view.shown_statuses)."""
+    shown = shown or {}
+
+    def side(r: Any, which: str) -> Optional[str]:
+        stored = r.a_status if which == "a" else r.b_status
+        return shown.get((which, r.node, r.occurrence), stored) if stored else stored
+
     by_node: dict = {}
     for r in rows:
         by_node.setdefault(r.node, []).append(r)
@@ -181,13 +192,13 @@ def diff_graph_spec(nodes: list, edges: list, rows: list) -> dict:
         visits = by_node.get(n, [])
         outcomes = [diff_outcome(r) for r in visits]
         outcome = min(outcomes, key=order.index) if outcomes else NOT_REACHED
-        a_status = _side_status([r.a_status for r in visits])
-        b_status = _side_status([r.b_status for r in visits])
+        a_status = _side_status([side(r, "a") for r in visits])
+        b_status = _side_status([side(r, "b") for r in visits])
         lines = [f"{n}: {outcome} · A {a_status} · B {b_status}"]
         for r in visits:
             tag = f"#{r.occurrence} " if len(visits) > 1 else ""
-            lines.append(f"{tag}A {r.a_status or '—'} ({fmt_tokens(getattr(r, 'a_cost', 0))} tokens): {r.a_reason or ''}")
-            lines.append(f"{tag}B {r.b_status or '—'} ({fmt_tokens(getattr(r, 'b_cost', 0))} tokens): {r.b_reason or ''}")
+            lines.append(f"{tag}A {side(r, 'a') or '—'} ({fmt_tokens(getattr(r, 'a_cost', 0))} tokens): {r.a_reason or ''}")
+            lines.append(f"{tag}B {side(r, 'b') or '—'} ({fmt_tokens(getattr(r, 'b_cost', 0))} tokens): {r.b_reason or ''}")
             if r.noise:
                 lines.append(f"{tag}{r.noise}")
         out_nodes.append({
@@ -214,29 +225,28 @@ def mark(spec: dict, fork_point: Optional[str] = None, selected: Optional[str] =
     return {**spec, "nodes": out}
 
 
+_ROW = ('<div class="rw-legend-row" style="display:flex;flex-wrap:wrap;align-items:center;'
+        'column-gap:12px;font-size:0.8rem;line-height:1.6">')
+_ITEM = '<span title="{tip}" style="display:inline-flex;align-items:center;white-space:nowrap">'
+
+
 def legend_html(colors: dict, help: Optional[dict] = None, marks: Optional[dict] = None,
                 note: str = "") -> str:
     """A static legend (our own fixed labels and colours, no model text): the status colours,
-    the diff's marks when given, the fork point and the selection."""
-    items = []
-    for label, color in colors.items():
-        tip = (help or {}).get(label, "")
-        items.append(
-            f'<span title="{tip}" style="display:inline-flex;align-items:center;margin-right:14px;'
-            f'font-size:0.85rem"><span style="display:inline-block;width:12px;height:12px;'
-            f'border-radius:3px;background:{color};margin-right:5px"></span>{label}</span>'
-        )
-    for label, sign in (marks or {}).items():
-        if label in colors:  # "not reached" is a colour already
-            continue
-        tip = DIFF_HELP.get(label, "")
-        items.append(f'<span title="{tip}" style="margin-right:14px;font-size:0.85rem">'
-                     f'<b>{sign}</b> {label}</span>')
-    items.append(f'<span style="margin-right:14px;font-size:0.85rem"><b>{FORK_MARK}</b> fork point '
-                 f'(dashed)</span><span style="font-size:0.85rem;margin-right:14px">'
-                 f'<span style="display:inline-block;width:12px;height:12px;border-radius:6px;'
-                 f'box-shadow:0 0 0 3px {SELECTED_HALO};margin-right:5px"></span>selected</span>')
-    if note:
-        items.append(f'<span style="font-size:0.85rem;color:#607d8b">{note}</span>')
-    return '<div style="line-height:1.9">' + "".join(items) + "</div>"
-
+    the diff's marks when given, the fork point and the selection. Each row is one line at
+    1280 px and an item never breaks inside (no `A only in A B` / `only in B`): the colours on
+    the first row (after the note, which says what the colours are), the marks on the second."""
+    colours = [_ITEM.format(tip=(help or {}).get(label, ""))
+               + f'<span style="display:inline-block;width:11px;height:11px;border-radius:3px;'
+               f'background:{color};margin-right:4px"></span>{label}</span>'
+               for label, color in colors.items()]
+    signs = [_ITEM.format(tip=DIFF_HELP.get(label, "")) + f"<b>{sign}</b>&nbsp;{label}</span>"
+             for label, sign in (marks or {}).items() if label not in colors]  # "not reached" is a colour
+    signs.append(_ITEM.format(tip="the node this run was forked at")
+                 + f"<b>{FORK_MARK}</b>&nbsp;fork point (dashed)</span>")
+    signs.append(_ITEM.format(tip="the step shown below")
+                 + f'<span style="display:inline-block;width:11px;height:11px;border-radius:6px;'
+                 f'box-shadow:0 0 0 3px {SELECTED_HALO};margin-right:6px"></span>selected</span>')
+    lead = [f'<span style="color:#607d8b;white-space:nowrap">{note}</span>'] if note else []
+    rows = [lead + colours, signs] if marks else [colours + signs]
+    return '<div class="rw-legend">' + "".join(_ROW + "".join(r) + "</div>" for r in rows) + "</div>"

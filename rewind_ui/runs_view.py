@@ -132,16 +132,52 @@ def _listing(filters: dict, page_size: int) -> tuple:
 
 def table(rows: list) -> list:
     """The runs table: one dict per run row (from core.runs_page). The lineage (Parent, Fork at)
-    comes right after the id so it is on screen at 1280 px; Tokens spent is the core's *spent*."""
+    comes right after the id; Tokens is the core's *spent*. Every column fits the main block at
+    1280 px (see column_widths): a run's steps and latency are in its header once it is open."""
     return [
         {
             "Run": r["id"], "Parent": r["parent_id"] or "", "Fork at": r["fork_node"] or "",
-            "Status": r["status"], "Pipeline": r["pipeline"],
-            "Question / first input": r["summary"], "Started": r["started"], "Steps": r["steps"],
-            "Tokens spent": r["tokens"], fmt.LATENCY_COLUMN: fmt.latency_value(r["latency_ms"]),
+            "Status": r["status"], "Pipeline": r["pipeline"], "Question / first input": r["summary"],
+            "Started": fmt.fmt_started(r.get("created_at")), "Tokens": r["tokens"],
         }
         for r in rows
     ]
+
+
+# pixels per column: a 16-character run id and `interrupted` whole, the question in what is
+# left of the 820 px main block (1280 px window, sidebar open) after the row checkbox
+_WIDTHS = {"Run": 128, "Parent": 128, "Fork at": 66, "Status": 84, "Pipeline": 72,
+           "Question / first input": 146, "Started": 92, "Tokens": 62}
+COLUMN_HELP = {"Tokens": "tokens this run spent (a fork does not pay for what it inherits or gets "
+                         "from the cache)",
+               "Started": "local time; the year is shown for runs of another year"}
+
+
+def column_widths() -> dict:
+    return dict(_WIDTHS)
+
+
+OPEN_ROW_BACKGROUND = "#fff3c4"  # the graph's selection halo, lightened
+
+
+def open_row(rows: list, open_id: Optional[str]) -> Optional[int]:
+    """The index of the open run among the table's rows, or None."""
+    return next((i for i, r in enumerate(rows) if open_id and r["id"] == open_id), None)
+
+
+def open_row_styles(rows: list, open_id: Optional[str]) -> list:
+    """CSS for each row of the runs table: the open run's row highlighted."""
+    i = open_row(rows, open_id)
+    return [f"background-color: {OPEN_ROW_BACKGROUND}" if j == i else "" for j in range(len(rows))]
+
+
+def open_note(rows: list, open_id: Optional[str]) -> Optional[str]:
+    """What the caption under the table says about the open run, or None when none is open."""
+    if not open_id:
+        return None
+    if open_row(rows, open_id) is None:
+        return f"The open run {open_id} is not on this page"
+    return f"Highlighted: the open run {open_id}"
 
 
 def showing(offset: int, n: int, total: int) -> str:
@@ -223,7 +259,7 @@ def lineage_view(lin: dict) -> LineageView:
 # --- its steps -------------------------------------------------------------------------------
 
 def step_choices(run: Any) -> list:
-    return numbered((s.node, s.occurrence, s.status) for s in run.steps)
+    return numbered((s.node, s.occurrence, fmt.shown_status(s)) for s in run.steps)
 
 
 def steps_by_key(run: Any) -> dict:
@@ -231,18 +267,34 @@ def steps_by_key(run: Any) -> dict:
 
 
 def step_rows(run: Any) -> list:
-    """The step list: the reason right after the status (on screen at 1280 px); Spent is what
-    this run paid for the step, Cost its recorded cost (rewind.costs)."""
+    """The step list: the reason right after the status; Spent is what this run paid for the
+    step, Cost its recorded cost (rewind.costs). The hashes are in the step's view, whole: the
+    list fits the main block at 1280 px (step_column_widths)."""
     return [
-        {"#": i + 1, "Node": k, "Status": s.status, "Reason": s.reason or (s.error or ""),
+        {"#": i + 1, "Node": k, "Status": fmt.shown_status(s), "Reason": s.reason or (s.error or ""),
          "Spent": s.tokens, "Cost": s.cost, fmt.LATENCY_COLUMN: fmt.latency_value(s.latency_ms),
-         "Calls": len(s.calls or []), "Output hash": fmt.short_hash(s.output_hash, 10)}
+         "Calls": len(s.calls or [])}
         for i, (k, s) in enumerate(steps_by_key(run).items())
     ]
 
 
+def step_column_widths(rows: list) -> dict:
+    """Pixels per column of the step list: the status as wide as its longest label (`re-ran ·
+    calls served` only when there is one), the reason in what is left of the 780 px."""
+    status = 140 if any(r["Status"] == fmt.SERVED_RERUN for r in rows) else 84
+    widths = {"#": 36, "Node": 84, "Status": status, "Spent": 56, "Cost": 56, fmt.LATENCY_COLUMN: 92,
+              "Calls": 48}
+    return {**widths, "Reason": 780 - sum(widths.values())}
+
+
 def status_colors(steps: list) -> list:
-    return [STATUS_COLORS.get(s.status, OTHER_COLOR) for s in steps]
+    return [STATUS_COLORS.get(fmt.shown_status(s), OTHER_COLOR) for s in steps]
+
+
+def status_cell_styles(rows: list) -> list:
+    """CSS for each row's Status cell of the step list: the text in its status colour, the
+    colour the graph and the charts use (so "re-ran · calls served" reads apart from a re-run)."""
+    return [f"color: {STATUS_COLORS.get(r['Status'], OTHER_COLOR)}; font-weight: 600" for r in rows]
 
 
 def chart_series(run: Any) -> list:
@@ -253,7 +305,18 @@ def chart_series(run: Any) -> list:
 
 
 def step_title(key: str, step: Any) -> str:
-    return f"#### Step {fmt.md_escape(key)} · {fmt.md_escape(step.status)}"
+    return f"#### Step {fmt.md_escape(key)} · {fmt.md_escape(fmt.shown_status(step))}"
+
+
+def step_note(step: Any) -> Optional[str]:
+    """A line under the title of a step that re-ran with every model call served, saying why it
+    spent nothing (markdown), else None."""
+    if fmt.shown_status(step) != fmt.SERVED_RERUN:
+        return None
+    n = len(step.calls or [])
+    return (f"{fmt.status_dot(fmt.SERVED_RERUN)} Re-ran, and its {n} model call{'s' if n != 1 else ''} "
+            f"{'were' if n != 1 else 'was'} served from the model-call cache: nothing was sent, "
+            "0 tokens spent.")
 
 
 def step_metrics(step: Any) -> list:

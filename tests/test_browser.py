@@ -308,7 +308,7 @@ def test_demo_run_fork_and_diff_in_a_browser(server, browser):
 
     # the diff
     page.get_by_role("button", name="Open the diff").click()
-    settle(page, "Verdict:")
+    settle(page, "Diverged at")
     verdict = page.get_by_text("Diverged at").first
     verdict.wait_for()
     assert "critique" in verdict.inner_text()

@@ -234,7 +234,7 @@ def test_fork_view_params_preview_and_summary(pair):
     point = fork_view.from_step(root.step("answer"))
     assert fork_view.shown_params(PIPELINE, point) == [("style", "plain", "plain")]
     diffs = fork_view.text_diffs({"question": "how?", "n": 2}, {"question": "why?", "n": 1})
-    assert len(diffs) == 1 and "-why?" in diffs[0] and "+how?" in diffs[0]
+    assert len(diffs) == 1 and diffs[0][0] == "question" and ">why</del>" in diffs[0][1] and ">how</ins>" in diffs[0][1]
     assert fork_view.side_effect_nodes(PIPELINE) == ["send"]
     assert "**send**" in fork_view.side_effects_warning(["send"])
     last = fork_view.last_fork(fork, root, "answer")
