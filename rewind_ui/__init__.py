@@ -1,7 +1,7 @@
 """Thin UI helpers for the Streamlit dashboard (app.py, pages/). Not part of `rewind`:
 `rewind` never imports streamlit; this package only calls rewind's public API.
 
-    shell       the app shell: the sign-in gate, the five pages, navigation, sidebar, page guard
+    shell       the app shell: the sign-in gate, the six pages, navigation, sidebar, page guard
     access      who is signed in (Streamlit OIDC), admins, loopback-only without sign-in,
                 whether the server allows side effects
     core        the Rewind handle per (store URL, owner), cached read queries, registered pipelines
@@ -20,5 +20,6 @@ pure (no streamlit import, tested in tests/test_ui_views.py):
     steps       the picker's choices and how a deep link or a click becomes one
     charts      the plotly bar charts
     calls_view  what the step view says about a step's model calls and the noise band's detail
-    runs_view   fork_view   diff_view       the three pages' view-models
+    runs_view   fork_view   diff_view   blame_view   the four pages' view-models
+    worddiff    a text diff with the changed words marked, as escaped HTML that wraps
 """

@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 from typing import Any, Callable
 
+from rewind.analysis.blame import field_outcome
+
 from .fmt import tooltip_escape
 
 VERDICT_COLORS = {"decisive": "#c62828", "recovers": "#2e7d32", "locked": "#546e7a",
@@ -28,9 +30,7 @@ def outcome(field: str, op: str, value_text: str) -> Callable[[dict], bool]:
         value = json.loads(value_text)
     except ValueError as e:
         raise ValueError(f"the value is not JSON ({e.msg}); a string needs quotes: \"text\"") from None
-    if op == NOT_EQUALS:
-        return lambda state: field in state and state[field] != value
-    return lambda state: field in state and state[field] == value
+    return field_outcome(field, value, negate=op == NOT_EQUALS)
 
 
 def default_resample(run: Any) -> list:

@@ -30,6 +30,7 @@ RUNS_PAGE = "pages/runs.py"
 FORK_PAGE = "pages/fork.py"
 DIFF_PAGE = "pages/diff.py"
 BATCH_PAGE = "pages/batch.py"
+BLAME_PAGE = "pages/blame.py"
 SETTINGS_PAGE = "pages/settings.py"
 
 PAGE_TITLE = "Rewind"
@@ -41,6 +42,7 @@ PAGES = (
     (FORK_PAGE, "Fork", ":material/call_split:", "fork"),
     (DIFF_PAGE, "Diff", ":material/difference:", "diff"),
     (BATCH_PAGE, "Batch", ":material/dynamic_feed:", "batch"),
+    (BLAME_PAGE, "Blame", ":material/troubleshoot:", "blame"),
     (SETTINGS_PAGE, "Settings", ":material/settings:", "settings"),
 )
 # Streamlit serves the default page at `/` only, and names it by a hash of its url path: the

@@ -122,3 +122,21 @@ def test_an_executor_other_than_local_is_refused(rw):
     run = shapes.failed_run(rw, shapes.chain(3, fault_at=1))
     with pytest.raises(InvalidRequest, match="executor='local'"):
         rw.blame(run.id, shapes.succeeded, executor="ray")
+
+
+def test_a_field_outcome_naming_a_missing_field_is_refused_before_any_trial(rw):
+    from rewind.analysis.blame import field_outcome
+
+    run = shapes.failed_run(rw, shapes.chain(3, fault_at=1))
+    with pytest.raises(UserError, match="no field 'okay' in the final state"):
+        rw.blame(run.id, field_outcome("okay", True))
+    assert len(rw.list_runs(limit=100)) == 1  # no trial was run
+
+
+def test_recovering_steps_without_a_decisive_one_say_to_sample_more():
+    from rewind.analysis.blame import BlameReport, BlameRow
+
+    rows = [BlameRow("a", 1, 0, trials=3, successes=3, verdict="recovers", resampled=True),
+            BlameRow("b", 1, 1, trials=3, successes=1, verdict="recovers", resampled=True)]
+    report = BlameReport("r", 3, "each", ["a", "b"], None, rows, [], 0, 0)
+    assert "more samples" in report.summary and not report.deterministic

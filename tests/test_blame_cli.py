@@ -54,6 +54,7 @@ def test_blame_json_with_a_function_outcome(demo, monkeypatch):
 
 @pytest.mark.parametrize("args,words", [
     (["--outcome", "oops"], "expected FIELD=JSON"),
+    (["--outcome", "okay=true"], "no field 'okay' in the final state"),
     (["--outcome", "x=not json"], "--outcome x"),
     (["--outcome", "no_such_module_xyz:f"], "No module named"),
     (["--outcome", "ok=true", "--resample", ","], "--resample"),

@@ -193,7 +193,7 @@ def assert_app_shell(page) -> None:
     links.first.wait_for()
     # a material icon renders as its ligature name on a line of its own before the title
     names = [t.strip().splitlines()[-1].strip() for t in links.all_inner_texts()]
-    assert names == ["Runs", "Fork", "Diff", "Batch", "Settings"], names
+    assert names == ["Runs", "Fork", "Diff", "Batch", "Blame", "Settings"], names
     page.get_by_role("button", name="Refresh data").wait_for()
     width = page.locator('[data-testid="stMainBlockContainer"]').bounding_box()["width"]
     viewport = page.viewport_size["width"]

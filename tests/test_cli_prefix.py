@@ -42,12 +42,17 @@ def _fake_run(rw: Rewind, run_id: str, owner=None) -> None:
 @pytest.fixture
 def db(store_url):
     """A real run of `linear` and three rows whose ids share the prefix `zzzz`."""
+    from rewind.engine import GLOBAL_PIPELINES
+
+    saved = dict(GLOBAL_PIPELINES)  # registered for the CLI here, not for later tests
     pipeline = rewind.register_pipeline(shapes.linear())
     with Rewind(store_url) as rw:
         run = rw.run(pipeline, {"topic": "bees"})
         for n in range(1, 4):
             _fake_run(rw, f"zzzz{n:012d}")
-    return store_url, run.id
+    yield store_url, run.id
+    GLOBAL_PIPELINES.clear()
+    GLOBAL_PIPELINES.update(saved)
 
 
 def test_fork_plan_and_show_take_a_unique_prefix(db):
@@ -157,3 +162,10 @@ def test_another_owners_run_is_never_matched_by_a_prefix(store_url):
         assert bob.resolve_run_id("zzzz") == "zzzz000000000002"
         with pytest.raises(InvalidRequest, match="matches 2 runs"):
             admin.resolve_run_id("zzzz")  # an admin sees every owner's runs
+
+
+def test_a_pasted_prefix_with_spaces_or_capitals_is_taken(db):
+    url, run_id = db
+    code, out, err = cli(url, "show", f"  {run_id[:6].upper()} ", "--json")
+    assert code == 0, err
+    assert f'"id": "{run_id}"' in out

@@ -98,7 +98,7 @@ def test_every_page_runs_the_guard_before_drawing_and_the_shell_names_every_page
         assert first == "shell.page_guard()", f"{page.name} starts with {first!r}"
     from rewind_ui import shell
 
-    assert [p[1] for p in shell.PAGES] == ["Runs", "Fork", "Diff", "Batch", "Settings"]
+    assert [p[1] for p in shell.PAGES] == ["Runs", "Fork", "Diff", "Batch", "Blame", "Settings"]
     assert sorted(p[0] for p in shell.PAGES) == sorted(f"pages/{p.name}" for p in (ROOT / "pages").glob("*.py"))
 
 

@@ -69,6 +69,9 @@ class BlameReport:
             return f"decisive step: {self.decisive[0]} (visit {self.decisive[1]})"
         if self.budget_exhausted:
             return "no decisive step found within the token budget"
+        if any(r.verdict == "recovers" for r in self.steps):
+            return ("no step is clearly decisive: re-rolling recovers the run from some steps, but "
+                    "their intervals overlap; try more samples (--samples 16 or more)")
         return "no decisive step: re-rolling no step recovers the run (the failure is deterministic given its inputs)"
 
 
@@ -78,6 +81,16 @@ def _final_state(rw: Any, run: Any) -> dict:
             state = rw.state_at(step) or {}
             return {k: v for k, v in state.items() if not str(k).startswith("__")}
     return {}
+
+
+def field_outcome(field: str, value: Any, negate: bool = False) -> Callable[[dict], bool]:
+    """`state[field] == value` (or !=); a state without the field raises KeyError naming it, so
+    a typo is refused on the recorded state before any trial is paid for."""
+    def outcome(state: dict) -> bool:
+        if field not in state:
+            raise KeyError(f"no field {field!r} in the final state (it has {', '.join(sorted(state)[:12])})")
+        return (state[field] != value) if negate else (state[field] == value)
+    return outcome
 
 
 def passes(rw: Any, run: Any, outcome: Callable[[dict], bool]) -> bool:

@@ -16,6 +16,7 @@ import importlib
 import sys
 from typing import Any, Callable
 
+from ..analysis.blame import field_outcome
 from ..errors import InvalidRequest
 from .handle import add_run_argument, open_rewind, run_id
 from .inputs import load_json, parse_assignments
@@ -33,9 +34,7 @@ def parse_outcome(text: str) -> Callable[[dict], bool]:
         field = name[:-1].strip() if negate else name.strip()
         value = load_json(raw, f"--outcome {field}",
                           f"a string must be quoted: --outcome {field}='\"{raw[:30]}\"'")
-        if negate:
-            return lambda state: field in state and state[field] != value
-        return lambda state: field in state and state[field] == value
+        return field_outcome(field, value, negate)
     module, colon, attr = text.partition(":")
     if not colon or not module or not attr:
         raise InvalidRequest(f"--outcome {text[:80]!r}: expected FIELD=JSON, FIELD!=JSON or "

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Optional
 
-from ..errors import InvalidRequest
+from ..errors import InvalidRequest, NotFound
 from .output import print_run
 
 EXIT_OK, EXIT_FAILED = 0, 1
@@ -24,7 +24,13 @@ def run_id(rw: Any, typed: str) -> str:
     """The full id of the run `typed` names (an id or a unique prefix): resolved once, so the
     command and everything it prints use the whole id. NotFound / InvalidRequest (exit 2)
     name the prefix and, when several runs match, them."""
-    return rw.resolve_run_id(typed)
+    typed = typed.strip()  # pasted ids bring spaces
+    try:
+        return rw.resolve_run_id(typed)
+    except NotFound:
+        if typed == typed.lower():
+            raise
+        return rw.resolve_run_id(typed.lower())  # Rewind's own ids are lower-case hex
 
 
 def open_rewind(args: Any):

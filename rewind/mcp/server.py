@@ -25,6 +25,7 @@ from mcp.server.mcpserver.exceptions import ResourceError, ResourceNotFoundError
 from mcp.types import CallToolResult, TextContent, ToolAnnotations
 from pydantic import Field, ValidationError
 
+from ..analysis.blame import field_outcome
 from ..errors import InvalidRequest, NotFound, OperationError, RewindError
 from ..models import RUN_STATUSES
 from ..redaction import redact
@@ -134,13 +135,14 @@ def _step(run: Any, node: str, occurrence: int) -> Any:
 
 
 def _outcome(field: str, equals: Any, not_equals: Any) -> Callable[[dict], bool]:
-    """blame's outcome from `field` and `equals` / `not_equals` (as `--outcome FIELD=JSON`)."""
+    """blame's outcome from `field` and `equals` / `not_equals` (as `--outcome FIELD=JSON`); a
+    state without the field raises, so a typo is refused before any trial."""
     if (equals is None) == (not_equals is None):
         raise InvalidRequest("blame: give exactly one of equals or not_equals: the value of "
-                             f"{field!r} in the final state of a run that succeeded", field="outcome")
+                             f"{field!r} when the run succeeded (or when it did not)", field="equals")
     if not_equals is not None:
-        return lambda state: field in state and state[field] != not_equals
-    return lambda state: field in state and state[field] == equals
+        return field_outcome(field, not_equals, negate=True)
+    return field_outcome(field, equals)
 
 
 def build_server(rw: Any, *, allow_writes: bool = False) -> MCPServer:
