@@ -400,8 +400,9 @@ class Rewind:
         return blame(self, run_id, outcome, **kwargs)
 
     def blame_many(self, run_ids: Any, outcome: Callable[[dict], bool], **kwargs: Any) -> dict:
-        """`blame` for each run, and how often each node was decisive."""
-        from .analysis.blame import blame_many
+        """`blame` for each run (here, on a process pool with `workers=`, or on Ray), and how
+        often each node was decisive (rewind.analysis.blame_many)."""
+        from .analysis.blame_many import blame_many
 
         return blame_many(self, list(run_ids), outcome, **kwargs)
 

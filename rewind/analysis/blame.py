@@ -83,14 +83,19 @@ def _final_state(rw: Any, run: Any) -> dict:
     return {}
 
 
-def field_outcome(field: str, value: Any, negate: bool = False) -> Callable[[dict], bool]:
-    """`state[field] == value` (or !=); a state without the field raises KeyError naming it, so
-    a typo is refused on the recorded state before any trial is paid for."""
-    def outcome(state: dict) -> bool:
-        if field not in state:
-            raise KeyError(f"no field {field!r} in the final state (it has {', '.join(sorted(state)[:12])})")
-        return (state[field] != value) if negate else (state[field] == value)
-    return outcome
+class field_outcome:  # noqa: N801 - used as a function: field_outcome("ok", True)
+    """`state[field] == value` (or != with `negate`) as a picklable outcome (workers get it); a
+    state without the field raises KeyError naming it, so a typo is refused on the recorded state
+    before any trial is paid for."""
+
+    def __init__(self, field: str, value: Any, negate: bool = False):
+        self.field, self.value, self.negate = field, value, negate
+
+    def __call__(self, state: dict) -> bool:
+        if self.field not in state:
+            raise KeyError(f"no field {self.field!r} in the final state (it has "
+                           f"{', '.join(sorted(state)[:12])})")
+        return (state[self.field] != self.value) if self.negate else (state[self.field] == self.value)
 
 
 def passes(rw: Any, run: Any, outcome: Callable[[dict], bool]) -> bool:
@@ -279,24 +284,3 @@ def _holds(tallies: list, i: int) -> bool:
 def _bisect_decisive(tallies: list) -> Optional[int]:
     """Bisect's decisive step: the latest tried step that `_holds` against its neighbour."""
     return next((i for i in range(len(tallies) - 1, -1, -1) if _holds(tallies, i)), None)
-
-
-def blame_many(rw: Any, run_ids: Iterable[str], outcome: Callable[[dict], bool], **kwargs: Any) -> dict:
-    """Blame each run; {"reports": {run_id: BlameReport or the error's message}, "decisive":
-    {node: how many runs it decided}, "none": runs with no decisive step}."""
-    reports: dict = {}
-    counts: dict = {}
-    none = 0
-    for run_id in run_ids:
-        try:
-            report = blame(rw, run_id, outcome, **kwargs)
-        except UserError as e:
-            reports[run_id] = str(e)
-            continue
-        reports[run_id] = report
-        if report.decisive is None:
-            none += 1
-        else:
-            counts[report.decisive[0]] = counts.get(report.decisive[0], 0) + 1
-    return {"reports": reports, "decisive": dict(sorted(counts.items(), key=lambda kv: -kv[1])),
-            "none": none}
