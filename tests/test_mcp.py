@@ -153,6 +153,9 @@ def test_stdio_lists_tools_reads_runs_pages_values_and_refuses_writes(store_url,
                 offset = value["next_offset"]
             assert len(pages) == 3
             assert json.loads("".join(pages)) == f"{BIG} (key [redacted])"
+            past = refused(seen(await client.call_tool("get_step", {
+                "run": big, "node": "plan", "field": "inputs.question", "offset": 10**18})))
+            assert "past the end of inputs.question" in past
 
             resource = await client.read_resource(f"rewind://runs/{plain}")
             assert json.loads(resource.contents[0].text) == run

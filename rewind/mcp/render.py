@@ -18,6 +18,7 @@ import dataclasses
 import json
 from typing import Any, Optional
 
+from ..errors import InvalidRequest
 from ..fmt import cut, fmt_ms, fmt_ts, node_label, one_line, short_hash, table
 from ..redaction import redact
 
@@ -165,6 +166,9 @@ def step_values(step: Any) -> list:
 def page(name: str, value: Any, offset: int, max_chars: int) -> dict:
     """One page of a value's (redacted) JSON text; `next_offset` when more follows."""
     text = redact(json_text(value, indent=2 if isinstance(value, (dict, list)) else None))
+    if offset and offset >= len(text):
+        raise InvalidRequest(f"offset {offset:,} is past the end of {name} ({len(text):,} characters); "
+                             "start below it", field="offset")
     chunk = text[offset: offset + max_chars]
     end = offset + len(chunk)
     return {"name": name, "text": chunk, "offset": offset, "total_chars": len(text),
