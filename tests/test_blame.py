@@ -140,3 +140,4 @@ def test_recovering_steps_without_a_decisive_one_say_to_sample_more():
             BlameRow("b", 1, 1, trials=3, successes=1, verdict="recovers", resampled=True)]
     report = BlameReport("r", 3, "each", ["a", "b"], None, rows, [], 0, 0)
     assert "more samples" in report.summary and not report.deterministic
+

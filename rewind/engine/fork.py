@@ -11,6 +11,7 @@ the stepper then builds a Burr application only if a visit must execute.
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import json
 import time
 import weakref
@@ -178,9 +179,33 @@ def _check_request(pipeline: Any, at: str, edit: dict, params: dict, occurrence:
         canonical_json(v, f"edit.{k}")
     for k, v in params.items():
         canonical_json(v, f"params.{k}")
+        _check_param_type(action, at, k, v)
     if isinstance(occurrence, bool) or not isinstance(occurrence, int) or occurrence < 1:
         raise InvalidRequest(f"occurrence must be a positive integer, not {occurrence!r}",
                              node=at, field="occurrence")
+
+
+_SIMPLE = {"int": int, "float": float, "str": str, "bool": bool}
+
+
+def _check_param_type(action: Any, node: str, name: str, value: Any) -> None:
+    """A param whose parameter is annotated with a simple type (int, float, str, bool) must be
+    a value of it (an int for a float too): refused up front, not a failed run later."""
+    fn = getattr(action, "_originating_fn", None) or getattr(action, "fn", None)
+    try:
+        p = inspect.signature(fn).parameters.get(name) if fn is not None else None
+    except (TypeError, ValueError):
+        return
+    kind = getattr(p, "annotation", None)
+    kind = _SIMPLE.get(kind if isinstance(kind, str) else getattr(kind, "__name__", ""))
+    if kind is None or value is None:
+        return
+    ok = isinstance(value, kind) and not (isinstance(value, bool) and kind is not bool)
+    if kind is float and isinstance(value, int) and not isinstance(value, bool):
+        ok = True
+    if not ok:
+        raise InvalidRequest(f"param {name!r} of node {node!r} takes a {kind.__name__}, not "
+                             f"{type(value).__name__} {value!r:.60}", node=node, field=name)
 
 
 def fork_run(store: Any, heartbeat: Heartbeat, pipeline: Any, parent_row: dict, at: str, *,
