@@ -77,3 +77,19 @@ def test_a_folder_with_neither_apps_nor_projects_still_says_so(tmp_path):
     code, out, err = cli(str(tmp_path / "rewind.db"), "import-burr", str(storage),
                          "--pipeline", PIPELINE)
     assert code == 2 and "holds no Burr app" in err and len(err.strip().splitlines()) == 1
+
+
+
+def test_an_initial_state_for_a_folder_of_several_apps_is_refused(store_url, tmp_path):
+    # one state for apps that started from different ones would be recorded as contradictory
+    # writes of the first node (a stranger's "ants" run summarised as "bees"): refused
+    storage = str(tmp_path / "burr")
+    record_with_burr(storage, "essays", "bees")
+    ants = record_with_burr(storage, "essays", "ants")
+    code, out, err = cli(store_url, "import-burr", os.path.join(storage, "essays"), "--pipeline",
+                         PIPELINE, "--initial-state", '{"topic": "bees"}')
+    assert code == 2 and "holds 2 Burr apps; an initial state belongs to one app" in err, err
+    assert run_count(store_url) == 0
+    code, out, err = cli(store_url, "import-burr", os.path.join(storage, "essays", ants),
+                         "--pipeline", PIPELINE, "--initial-state", '{"topic": "ants"}')
+    assert code == 0 and run_count(store_url) == 1, err

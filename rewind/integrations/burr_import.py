@@ -226,6 +226,13 @@ def import_burr(rw: Any, directory: str, pipeline: Any, project: Optional[str] =
     pipeline = rw.pipeline(pipeline)
     report = ImportReport()
     dirs, report.project = _app_dirs(directory, project)
+    if initial_state is not None and sum(not _is_task(d) for d in dirs) > 1:
+        # one initial state for apps that started from different ones would be recorded as
+        # the first node's writes wherever it contradicts Burr's log: refused, not guessed
+        raise InvalidRequest(
+            f"{directory} holds {len(dirs)} Burr apps; an initial state belongs to one app: "
+            "import one app's folder at a time with it (DIR/APP_ID), or the folder without it",
+            field="initial_state")
     for path in dirs:
         app_id = os.path.basename(os.path.normpath(path))
         run_id = sha256_hex(f"burr:{os.path.realpath(path)}".encode("utf-8"))[:16]
@@ -237,6 +244,16 @@ def import_burr(rw: Any, directory: str, pipeline: Any, project: Optional[str] =
             if not _already_imported(rw, run_id, app_id, report, meanwhile=True):
                 raise
     return report
+
+
+def _is_task(path: str) -> bool:
+    """Whether an app folder is a MapStates / MapActions task Burr ran inside another app's step
+    (its metadata names a spawning parent): skipped by the import, not an app of its own."""
+    try:
+        meta = json.loads(read_bytes(os.path.join(path, "metadata.json"), "metadata.json", 1 << 20))
+    except Exception:  # noqa: BLE001 - unreadable: the import itself says why, app by app
+        return False
+    return isinstance(meta, dict) and bool(meta.get("spawning_parent_pointer"))
 
 
 def _already_imported(rw: Any, run_id: str, app_id: str, report: ImportReport,
