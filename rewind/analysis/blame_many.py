@@ -1,8 +1,8 @@
 """Blame across many failed runs of a pipeline, and how often each node was decisive.
 
 Each run is blamed as `rewind.analysis.blame.blame` does, on the batch executors: in this
-process one after another (`executor="local"`, no `workers`), on a pool of fresh worker
-processes (`executor="local", workers=N`), or as Ray tasks (`executor="ray"`, `address=` joins a
+process one after another (`executor="local"`, no `workers`), on fresh worker interpreters,
+N at a time (`executor="local", workers=N`: `python -m rewind.analysis.blame_many`), or as Ray tasks (`executor="ray"`, `address=` joins a
 cluster; see `rewind.batch.ray_executor`). A worker opens its own handle on the store's URL and
 imports each pipeline by its spec (`package.module:attr`, `rewind.batch.spec`), so the outcome
 must pickle: a module-level function, or `field_outcome(field, value)`. A run that is refused
@@ -12,8 +12,10 @@ must pickle: a module-level function, or `field_outcome(field, value)`. A run th
 from __future__ import annotations
 
 import concurrent.futures
-import multiprocessing
+import os
 import pickle
+import subprocess
+import sys
 from typing import Any, Callable, Iterable, Optional
 
 from ..errors import InvalidRequest, RewindError
@@ -82,11 +84,23 @@ def blame_many(rw: Any, run_ids: Iterable[str], outcome: Callable[[dict], bool],
                              field="outcome") from None
     if executor == "ray":
         return _table(_on_ray(type(rw), rw.url, specs, run_ids, outcome, kwargs, workers or 2, address))
-    ctx = multiprocessing.get_context("spawn")  # fresh interpreters, as the batch pool's
-    with concurrent.futures.ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
-        futures = {r: pool.submit(_blame_one, type(rw), rw.url, specs, r, outcome, kwargs) for r in run_ids}
-        return _table({r: f.result() for r, f in futures.items()})
+    # fresh interpreters (`python -m rewind.analysis.blame_many`), as the batch pool's: never a
+    # fork or spawn of the caller, whose __main__ (a script, pytest, Streamlit) plays no part
+    from ..batch.local import worker_env
 
+    env = worker_env()
+
+    def one(run_id: str) -> Any:
+        args = pickle.dumps((type(rw), rw.url, specs, run_id, outcome, kwargs))
+        done = subprocess.run([sys.executable, "-m", "rewind.analysis.blame_many"], input=args,
+                              capture_output=True, env=env, cwd=os.getcwd())
+        if done.returncode != 0:
+            tail = done.stderr.decode("utf-8", "replace").strip().splitlines()[-1:] or ["no output"]
+            return f"the worker blaming run {run_id} failed (exit {done.returncode}): {tail[0]}"
+        return pickle.loads(done.stdout)
+
+    with concurrent.futures.ThreadPoolExecutor(max_workers=workers) as pool:
+        return _table(dict(zip(run_ids, pool.map(one, run_ids))))
 
 def _on_ray(opener: Any, url: str, specs: dict, run_ids: list, outcome: Any, kwargs: dict,
             workers: int, address: Optional[str]) -> dict:
@@ -101,3 +115,8 @@ def _on_ray(opener: Any, url: str, specs: dict, run_ids: list, outcome: Any, kwa
     finally:
         if started:
             ray.shutdown()
+
+
+if __name__ == "__main__":  # a pool worker: one run's arguments in on stdin, its report out
+    _args = pickle.loads(sys.stdin.buffer.read())
+    sys.stdout.buffer.write(pickle.dumps(_blame_one(*_args)))
