@@ -3,6 +3,8 @@ library, used by the CLI, the MCP server and the dashboard alike (pure functions
 
 from __future__ import annotations
 
+import base64
+import dataclasses
 import datetime as _dt
 import math
 from typing import Any, Optional, Sequence
@@ -101,3 +103,15 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[Any]], right: Sequence
                          for i, v in enumerate(values)).rstrip()
 
     return "\n".join([line(headers), line(["-" * w for w in widths]), *(line(r) for r in cells)])
+
+
+def json_default(value: Any) -> Any:
+    """`json.dumps(default=...)` for what JSON lacks: dataclasses as dicts, sets sorted, bytes
+    as base64, anything else as its repr."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return dataclasses.asdict(value)
+    if isinstance(value, (set, frozenset)):
+        return sorted(value, key=str)
+    if isinstance(value, bytes):
+        return base64.b64encode(value).decode("ascii")
+    return repr(value)

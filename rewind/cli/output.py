@@ -6,14 +6,12 @@ the terminal and the dashboard spell `1234 ms` the same way (`1.23 s`).
 
 from __future__ import annotations
 
-import base64
 import contextlib
-import dataclasses
 import json
 import sys
 from typing import Any, Optional
 
-from ..fmt import cut, fmt_ms, fmt_ts, node_label, one_line, short_hash, table  # noqa: F401  (re-exported for the commands)
+from ..fmt import cut, fmt_ms, fmt_ts, json_default, node_label, one_line, short_hash, table  # noqa: F401  (re-exported for the commands)
 
 
 # Control characters a run's data may hold (a model's output, an input): written raw they drive
@@ -38,16 +36,6 @@ class TerminalSafe:
 
     def __getattr__(self, name: str) -> Any:  # flush, isatty, encoding, fileno
         return getattr(self._stream, name)
-
-
-def json_default(value: Any) -> Any:
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return dataclasses.asdict(value)
-    if isinstance(value, (set, frozenset)):
-        return sorted(value, key=str)
-    if isinstance(value, bytes):
-        return base64.b64encode(value).decode("ascii")
-    return repr(value)
 
 
 def dumps(value: Any, indent: Optional[int] = 2) -> str:

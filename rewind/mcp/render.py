@@ -13,13 +13,11 @@ the dashboard (the CLI imports this package for `rewind mcp`, so nothing here im
 
 from __future__ import annotations
 
-import base64
-import dataclasses
 import json
 from typing import Any, Optional
 
 from ..errors import InvalidRequest
-from ..fmt import cut, fmt_ms, fmt_ts, node_label, one_line, short_hash, table
+from ..fmt import cut, fmt_ms, fmt_ts, json_default, node_label, one_line, short_hash, table
 from ..redaction import redact
 
 MAX_VALUE_CHARS = 20_000     # one value's JSON text per page (get_step)
@@ -30,18 +28,8 @@ MAX_CHANGE_VALUE = 300       # a changed value's JSON text in a field change
 
 # --- plain values --------------------------------------------------------------------------
 
-def _default(value: Any) -> Any:
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return dataclasses.asdict(value)
-    if isinstance(value, (set, frozenset)):
-        return sorted(value, key=str)
-    if isinstance(value, bytes):
-        return base64.b64encode(value).decode("ascii")
-    return repr(value)
-
-
 def json_text(value: Any, indent: Optional[int] = None) -> str:
-    return json.dumps(value, ensure_ascii=False, default=_default, indent=indent)
+    return json.dumps(value, ensure_ascii=False, default=json_default, indent=indent)
 
 
 def plain(value: Any) -> Any:
