@@ -239,13 +239,13 @@ def test_http_forks_with_side_effects_dry_run_and_diffs_when_writes_are_allowed(
             resource = await client.read_resource(f"rewind://runs/{parent}")
             assert json.loads(resource.contents[0].text) == run
             plan = ok(await client.call_tool("plan_fork", {
-                "run": parent[:8], "at": "critique", "params": {"temperature": 0.9}}))
+                "run": parent[:8], "at": "critique", "params": {"temperature": 0.9, "seed": 7}}))
             verdicts = {r["node"]: r["verdict"] for r in plan["rows"]}
             assert verdicts["plan"] == "inherited" and verdicts["critique"] == "re-run"
             assert verdicts["publish"] == "dry-run" and not plan["needs_confirmation"]
 
             forked = ok(await client.call_tool("fork", {
-                "run": parent[:8], "at": "critique", "params": {"temperature": 0.9}}))
+                "run": parent[:8], "at": "critique", "params": {"temperature": 0.9, "seed": 7}}))
             child = forked["run"]
             assert forked["parent_id"] == parent and forked["side_effects"] == "dry-run"
             assert child["parent_id"] == parent and child["fork_node"] == "critique"
