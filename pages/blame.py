@@ -7,6 +7,7 @@ goes through `rw.blame`; what each part shows is computed in rewind_ui/blame_vie
 import streamlit as st
 
 import rewind
+from rewind.analysis.blame import final_state
 from rewind_ui import blame_view as view
 from rewind_ui import core, fmt, selection, shell
 from rewind_ui import graph as ug
@@ -35,11 +36,7 @@ if link and link.get("run") and link["run"] in ids:
 labels = {r["id"]: fmt.run_label(r) for r in recent}
 run_id = st.selectbox("Run to blame", ids, format_func=lambda i: labels.get(i, i), key="blame_run")
 run = core.get_run(run_id)
-final = {}
-for step in reversed(run.steps):
-    if str(step.status) != "failed" and step.sequence_id is not None:
-        final = {k: v for k, v in (rw.state_at(step) or {}).items() if not str(k).startswith("__")}
-        break
+final = final_state(rw, run)  # what the outcome will judge
 
 # --- what success means, and how hard to try ---------------------------------------------------
 c1, c2, c3 = st.columns([2, 1, 3])
@@ -51,7 +48,8 @@ value_text = c3.text_input("this JSON value", key=f"blame_value:{run_id}:{field}
 if field in final:
     st.caption(f"In this run `{md(field)}` is `{md(fmt.json_text(final[field]), 200)}`.")
 
-nodes = list(core.find_pipeline(run.pipeline).actions) if core.find_pipeline(run.pipeline) else []
+pipeline = core.find_pipeline(run.pipeline)
+nodes = list(pipeline.actions) if pipeline else []
 c1, c2, c3, c4 = st.columns([1, 1, 3, 1])
 samples = c1.number_input("Samples a step", min_value=1, max_value=64, value=8, key="blame_samples",
                           help="16 tells a 75% recovery from none reliably")

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from typing import Any, Callable
 
-from rewind.analysis.blame import field_outcome
+from rewind.analysis.blame import default_resample, field_outcome  # noqa: F401  (default_resample: the page's)
 
 from .fmt import tooltip_escape
 
@@ -31,11 +31,6 @@ def outcome(field: str, op: str, value_text: str) -> Callable[[dict], bool]:
     except ValueError as e:
         raise ValueError(f"the value is not JSON ({e.msg}); a string needs quotes: \"text\"") from None
     return field_outcome(field, value, negate=op == NOT_EQUALS)
-
-
-def default_resample(run: Any) -> list:
-    """The nodes `rw.blame` re-samples by default: those whose steps cost tokens or called a model."""
-    return sorted({s.node for s in run.steps if s.cost or s.calls})
 
 
 def verdict_of(row: Any) -> str:

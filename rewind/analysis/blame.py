@@ -75,7 +75,9 @@ class BlameReport:
         return "no decisive step: re-rolling no step recovers the run (the failure is deterministic given its inputs)"
 
 
-def _final_state(rw: Any, run: Any) -> dict:
+def final_state(rw: Any, run: Any) -> dict:
+    """The state after the last step that did not fail (a plain dict, Burr's keys left out):
+    what an outcome judges."""
     for step in reversed(run.steps):
         if str(step.status) != "failed" and step.sequence_id is not None:
             state = rw.state_at(step) or {}
@@ -103,21 +105,25 @@ def passes(rw: Any, run: Any, outcome: Callable[[dict], bool]) -> bool:
     if str(run.status) not in ("completed", "halted"):
         return False
     try:
-        return bool(outcome(_final_state(rw, run)))
+        return bool(outcome(final_state(rw, run)))
     except Exception:  # noqa: BLE001 - an outcome that cannot judge a trial's state: not a success
         return False
 
 
+def default_resample(run: Any) -> list:
+    """The nodes a trial re-samples by default: those whose steps cost tokens (`Step.cost`: its
+    own, or what a cached or inherited step's outputs cost when they were made) or called a model."""
+    return sorted({s.node for s in run.steps if s.cost or s.calls})
+
+
 def _resample_set(run: Any, pipeline: Any, resample: Any) -> list:
     if resample is None:
-        # what producing a step cost (`Step.cost`: its own tokens, or those a cached or
-        # inherited step's outputs cost when they were made), or a model call it made
-        nodes = {s.node for s in run.steps if s.cost or s.calls}
+        nodes = default_resample(run)
         if not nodes:
             raise InvalidRequest(f"run {run.id} made no model call, so no step has a sample to "
                                  "re-roll; pass resample='all' or a list of nodes", run_id=run.id,
                                  field="resample")
-        return sorted(nodes)
+        return nodes
     if resample == "all":
         return sorted(pipeline.actions)
     if isinstance(resample, str) or not isinstance(resample, Iterable):
@@ -148,7 +154,7 @@ def _check(rw: Any, run: Any, outcome: Any, samples: Any, strategy: str, params:
         raise InvalidRequest(f"no re-sampled node ({', '.join(nodes)}) has a parameter "
                              f"{', '.join(repr(p) for p in stray)}", field=stray[0])
     try:
-        ok = outcome(_final_state(rw, run))
+        ok = outcome(final_state(rw, run))
     except Exception as e:  # noqa: BLE001 - the user's function: named, not a traceback
         raise UserError(f"the outcome raised on run {run.id}'s recorded state: "
                         f"{type(e).__name__}: {e}", run_id=run.id, field="outcome") from None
