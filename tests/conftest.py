@@ -197,3 +197,15 @@ def _new_pg_database():
         yield url
     finally:
         drop_database(url)
+
+
+@pytest.fixture
+def pipeline_registry():
+    """Pipelines a test registers for every handle of the process (`rewind.register_pipeline`,
+    as the CLI needs) are forgotten after it: a later test's handle must not see them."""
+    from rewind.engine import GLOBAL_PIPELINES
+
+    saved = dict(GLOBAL_PIPELINES)
+    yield GLOBAL_PIPELINES
+    GLOBAL_PIPELINES.clear()
+    GLOBAL_PIPELINES.update(saved)

@@ -40,19 +40,14 @@ def _fake_run(rw: Rewind, run_id: str, owner=None) -> None:
 
 
 @pytest.fixture
-def db(store_url):
+def db(store_url, pipeline_registry):
     """A real run of `linear` and three rows whose ids share the prefix `zzzz`."""
-    from rewind.engine import GLOBAL_PIPELINES
-
-    saved = dict(GLOBAL_PIPELINES)  # registered for the CLI here, not for later tests
     pipeline = rewind.register_pipeline(shapes.linear())
     with Rewind(store_url) as rw:
         run = rw.run(pipeline, {"topic": "bees"})
         for n in range(1, 4):
             _fake_run(rw, f"zzzz{n:012d}")
-    yield store_url, run.id
-    GLOBAL_PIPELINES.clear()
-    GLOBAL_PIPELINES.update(saved)
+    return store_url, run.id  # registered for the CLI here; the fixture forgets it after
 
 
 def test_fork_plan_and_show_take_a_unique_prefix(db):

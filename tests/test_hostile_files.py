@@ -41,14 +41,9 @@ def _tree(root) -> list:
 
 
 @pytest.fixture(autouse=True)
-def _registry_left_as_found():
+def _registry_left_as_found(pipeline_registry):
     # these tests register pipelines for every handle of the process: not for later tests
-    from rewind.engine import GLOBAL_PIPELINES
-
-    saved = dict(GLOBAL_PIPELINES)
     yield
-    GLOBAL_PIPELINES.clear()
-    GLOBAL_PIPELINES.update(saved)
 
 
 @pytest.fixture
