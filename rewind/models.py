@@ -91,6 +91,12 @@ class Step:
             self._inputs = self._loader(_present(self.input_refs)) if self._loader else {}
         return self._inputs
 
+    def load_inputs(self, fields: Any) -> dict:
+        """The values of some of the read fields (a plan loads only those it must hash)."""
+        if self._inputs is not None or not self._loader:
+            return {k: v for k, v in self.inputs.items() if k in fields}
+        return self._loader({k: h for k, h in _present(self.input_refs).items() if k in fields})
+
     @property
     def outputs(self) -> dict:
         """The values the node wrote (loaded on first access)."""

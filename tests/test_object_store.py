@@ -34,8 +34,8 @@ def large(state, salt: str = "a"):
 
 
 @action(reads=["big"], writes=["size"])
-def measure(state):
-    return state.update(size=len(state["big"]))
+def measure(state, scale: int = 1):
+    return state.update(size=len(state["big"]) * scale)
 
 
 PIPELINE = Pipeline("bigvalues", GraphBuilder().with_actions(small=small, large=large, measure=measure)
@@ -120,6 +120,30 @@ def test_pages_and_fork_plan_read_no_object(store_url, blobs_url):
     assert objs.reads == before  # the run list, the run (trajectory) and the plan: none
     assert len(got.step("large").outputs["big"]) >= BIG  # the step's value: fetched on demand
     assert objs.reads == before + 1
+    fresh.close()
+
+
+def test_a_plan_at_a_step_reading_a_large_value_reads_no_object(store_url, blobs_url):
+    """The fork node's key is made from the recorded hash of a large field it reads (the
+    bytes hash to their name), so planning there fetches nothing, and says what the fork does."""
+    rw = Rewind(store_url, pipelines=[PIPELINE], blobs=blobs_url)
+    run = rw.run(PIPELINE, {"topic": "readers"})
+    rw.close()
+    fresh = Rewind(store_url, pipelines=[PIPELINE], blobs=blobs_url)
+    objs = open_objects(blobs_url)
+    before = objs.reads
+    same = fresh.plan_fork(run.id, at="measure")
+    changed = fresh.plan_fork(run.id, at="measure", params={"scale": 2})
+    edited = fresh.plan_fork(run.id, at="measure", edit={"big": "short"})
+    assert objs.reads == before
+    assert [r.verdict for r in same.rows] == ["inherited", "inherited", "cached"]
+    assert changed.rows[-1].verdict == "re-run" and "scale" in changed.rows[-1].reason
+    assert edited.rows[-1].verdict == "re-run" and "big" in edited.rows[-1].reason
+    # what the plan said is what the fork does
+    assert fresh.fork(run.id, at="measure").step("measure").status == "cached"
+    again = fresh.fork(run.id, at="measure", params={"scale": 2})
+    assert again.step("measure").status == "executed"
+    assert again.step("measure").outputs["size"] == 2 * run.step("measure").outputs["size"]
     fresh.close()
 
 

@@ -61,19 +61,51 @@ def _chars(value: Any) -> int:
     return len(value) if isinstance(value, str) else len(json.dumps(value, default=str))
 
 
-def edit_growth(step: Any, spec: Any, edit: dict) -> int:
+def _stored(store: Any, refs: dict) -> dict:
+    """{blob hash: (size, location)} of stored values, read from their rows (no object)."""
+    info = getattr(store, "blob_info", None)
+    return info(sorted(set(refs.values()))) if info is not None and refs else {}
+
+
+def edit_growth(step: Any, spec: Any, edit: dict, store: Any = None) -> int:
     """Tokens an edit adds to what `step`'s node reads: the characters each edited field it
-    reads grew by (none for a field that shrank), over `CHARS_PER_TOKEN`."""
+    reads grew by (none for a field that shrank), over `CHARS_PER_TOKEN`. A recorded value in
+    an object store counts by its stored size (a plan fetches no object; a string's encoding is
+    its characters and two quotes, so the estimate stays within a token of the value's own)."""
     grown = 0
-    for field, value in edit.items():
-        if field not in spec.reads:
-            continue
+    fields = [f for f in edit if f in spec.reads]
+    refs = {f: r for f, r in (step.input_refs or {}).items() if f in fields and isinstance(r, str)}
+    elsewhere = {f: info[0] for f, r in refs.items()
+                 if (info := _stored(store, refs).get(r)) and info[1] is not None}
+    for field in fields:
         try:
-            before = _chars(step.inputs.get(field, ""))
+            before = elsewhere[field] if field in elsewhere else \
+                _chars(step.load_inputs([field]).get(field, ""))
         except Exception:  # its recorded value purged: the whole new value counts
             before = 0
-        grown += max(_chars(value) - before, 0)
+        grown += max(_chars(edit[field]) - before, 0)
     return -(-grown // CHARS_PER_TOKEN)
+
+
+def recorded_parts(store: Any, spec: Any, step: Any, edit: dict) -> dict:
+    """{field: its key parts as recorded} for the unedited fields whose values live in an
+    object store: a plan keys the fork node with these hashes instead of fetching the values
+    (the hash of a value is the hash of those bytes; the key parts are those of the recording).
+    Empty, so every value is loaded and hashed, when the node's key strips parts of values
+    (`ignore`) or the recording names user classes (a class's code is keyed as it is now)."""
+    recorded = step.field_hashes or {}
+    if spec.policy.ignore or any(k.startswith("class:") for k in recorded):
+        return {}
+    refs = {k: r for k, r in (step.input_refs or {}).items()
+            if k not in edit and isinstance(r, str)}
+    stored = _stored(store, refs)
+    out = {}
+    for k, r in refs.items():
+        part = ("read:" if k in spec.reads else "prior:") + k
+        if stored.get(r, (0, None))[1] is None or part not in recorded:
+            continue  # inline (cheap to read) or keyed otherwise than recorded: hash the value
+        out[k] = {p: recorded[p] for p in (part, "form:" + k) if p in recorded}
+    return out
 
 
 @dataclasses.dataclass
@@ -139,7 +171,7 @@ def plan_fork(store: Any, pipeline: Any, parent_row: dict, at: str, *, edit: Opt
         if verdict in (RERUN, MAY_RERUN):
             changed.update(spec.writes)
             cost = step_cost(s)  # a step that spent tokens puts the edit in its prompt
-            row.est_tokens = cost + (edit_growth(s, spec, edit) if cost else 0)
+            row.est_tokens = cost + (edit_growth(s, spec, edit, store) if cost else 0)
             row.est_dollars = step_dollars(s, prices)
         rows.append(row)
     est = sum(r.est_tokens for r in rows)
@@ -163,13 +195,17 @@ def _verdict(store: Any, spec: Any, step: Any, is_fork_node: bool, edit: dict,
         return DRY_RUN, "side effect: not performed on a fork (allow_side_effects=True performs it)"
     code_now = code_fingerprint(code_of(spec.inner), spec.policy.version)
     if is_fork_node:
+        kept = recorded_parts(store, spec, step, edit)
         try:
-            readable = {**step.inputs, **edit}
+            rest = [k for k in (step.input_refs or {}) if k not in kept and k not in edit]
+            readable = {**step.load_inputs(rest), **edit}
             runtime = {**step.runtime_inputs, **(inputs or {})}
         except Exception as e:  # recorded values purged: it must run again
             return RERUN, f"its recorded inputs are unavailable ({e})"
         refs = {k: r for k, r in (step.input_refs or {}).items() if k not in edit}
         fields = spec.field_hashes(readable, None, runtime, refs=refs)
+        for parts in kept.values():
+            fields.update(parts)
         if spec.input_hash(fields) != step.input_hash:
             parts = changed_fields(step.field_hashes or {}, fields, step.units, spec.units)
             return RERUN, "; ".join(parts) or "its inputs changed"

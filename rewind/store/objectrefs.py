@@ -109,6 +109,12 @@ class SQLObjectRefs(SQLBase):
         return {h: loc for h, loc in
                 self.query_in("SELECT hash, location FROM blobs WHERE hash IN ({marks})", list(hashes))}
 
+    def blob_info(self, hashes: Sequence[str]) -> dict:
+        """{hash: (size of its encoding, location or None)} of the rows among `hashes`: what a
+        plan needs to know of a value without fetching it."""
+        return {h: (int(size or 0), loc) for h, size, loc in self.query_in(
+            "SELECT hash, size, location FROM blobs WHERE hash IN ({marks})", list(hashes))}
+
     def object_locations(self) -> set:
         """Every object store some row of this database refers to."""
         return {r[0] for r in self.query("SELECT DISTINCT location FROM blobs "
