@@ -123,6 +123,38 @@ def test_pages_and_fork_plan_read_no_object(store_url, blobs_url):
     fresh.close()
 
 
+def test_dashboard_pages_read_an_object_only_to_show_its_step(store_url, blobs_url, monkeypatch,
+                                                             pipeline_registry):
+    """The Runs page and a run's page (its trajectory) under Streamlit's AppTest fetch no
+    object; opening the step that wrote the large value fetches it once."""
+    from streamlit.testing.v1 import AppTest
+
+    import rewind
+    from tests.page_script import ROOT
+
+    rw = Rewind(store_url, pipelines=[PIPELINE], blobs=blobs_url)
+    run = rw.run(PIPELINE, {"topic": "dashboard"})
+    rw.close()
+    monkeypatch.setenv("REWIND_DB", store_url)
+    monkeypatch.setenv("REWIND_BLOBS", blobs_url)
+    rewind.register_pipeline(PIPELINE)
+    objs = open_objects(blobs_url)
+
+    def reads_of(query: dict) -> tuple:
+        at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=120)
+        for k, v in query.items():
+            at.query_params[k] = v
+        before = objs.reads
+        at.run()
+        assert not at.exception, [e.value for e in at.exception]
+        return objs.reads - before, at
+
+    assert reads_of({})[0] == 0  # the runs list
+    assert reads_of({"run": run.id})[0] == 0  # the run: its trajectory and graph
+    n, at = reads_of({"run": run.id, "node": "large"})
+    assert n == 1 and any("Step large" in m.value for m in at.markdown)
+
+
 def test_a_plan_at_a_step_reading_a_large_value_reads_no_object(store_url, blobs_url):
     """The fork node's key is made from the recorded hash of a large field it reads (the
     bytes hash to their name), so planning there fetches nothing, and says what the fork does."""
