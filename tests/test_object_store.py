@@ -86,6 +86,15 @@ def inline_bytes(rw) -> int:
     return int(rw.store.query("SELECT COALESCE(SUM(LENGTH(data)), 0) FROM blobs")[0][0])
 
 
+def recorded(store_url: str, blobs_url: str, topic: str) -> tuple:
+    """(a run recorded by one handle, a fresh handle on the same stores: nothing in memory)."""
+    rw = Rewind(store_url, pipelines=[PIPELINE], blobs=blobs_url)
+    run = rw.run(PIPELINE, {"topic": topic})
+    assert run.status == "completed", run.error
+    rw.close()
+    return run, Rewind(store_url, pipelines=[PIPELINE], blobs=blobs_url)
+
+
 def test_large_values_go_to_the_store_once_small_ones_stay_inline(store_url, blobs_url):
     rw = Rewind(store_url, pipelines=[PIPELINE], blobs=blobs_url)
     run = rw.run(PIPELINE, {"topic": "whales"})
@@ -107,10 +116,7 @@ def test_large_values_go_to_the_store_once_small_ones_stay_inline(store_url, blo
 
 
 def test_pages_and_fork_plan_read_no_object(store_url, blobs_url):
-    rw = Rewind(store_url, pipelines=[PIPELINE], blobs=blobs_url)
-    run = rw.run(PIPELINE, {"topic": "plans"})
-    rw.close()
-    fresh = Rewind(store_url, pipelines=[PIPELINE], blobs=blobs_url)
+    run, fresh = recorded(store_url, blobs_url, "plans")
     objs = open_objects(blobs_url)
     before = objs.reads
     assert [r.id for r in fresh.list_runs()] == [run.id]
@@ -132,9 +138,8 @@ def test_dashboard_pages_read_an_object_only_to_show_its_step(store_url, blobs_u
     import rewind
     from tests.page_script import ROOT
 
-    rw = Rewind(store_url, pipelines=[PIPELINE], blobs=blobs_url)
-    run = rw.run(PIPELINE, {"topic": "dashboard"})
-    rw.close()
+    run, fresh = recorded(store_url, blobs_url, "dashboard")
+    fresh.close()
     monkeypatch.setenv("REWIND_DB", store_url)
     monkeypatch.setenv("REWIND_BLOBS", blobs_url)
     rewind.register_pipeline(PIPELINE)
@@ -158,10 +163,7 @@ def test_dashboard_pages_read_an_object_only_to_show_its_step(store_url, blobs_u
 def test_a_plan_at_a_step_reading_a_large_value_reads_no_object(store_url, blobs_url):
     """The fork node's key is made from the recorded hash of a large field it reads (the
     bytes hash to their name), so planning there fetches nothing, and says what the fork does."""
-    rw = Rewind(store_url, pipelines=[PIPELINE], blobs=blobs_url)
-    run = rw.run(PIPELINE, {"topic": "readers"})
-    rw.close()
-    fresh = Rewind(store_url, pipelines=[PIPELINE], blobs=blobs_url)
+    run, fresh = recorded(store_url, blobs_url, "readers")
     objs = open_objects(blobs_url)
     before = objs.reads
     same = fresh.plan_fork(run.id, at="measure")
