@@ -48,7 +48,7 @@ def cmd_blobs_migrate(args, out) -> int:
     from ..maintenance.relocate import migrate_blobs
     from ..store.objects import open_objects
 
-    if args.to.strip() != "inline":  # a bad URL is refused before any database is opened
+    if args.to.strip().lower() != "inline":  # a bad URL is refused before any database is opened
         open_objects(args.to, "--to")
     with open_rewind(args) as rw:
         result = migrate_blobs(rw, args.to)

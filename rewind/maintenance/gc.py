@@ -22,6 +22,7 @@ import time
 from typing import Any
 
 from ..errors import InvalidRequest
+from ..store.objects import place_of
 from ..store.rows import (
     PARTITION_KEY, doc_refs, is_pointer, parse_refs, row_state_app, state_doc_hash,
     state_inline_refs,
@@ -117,9 +118,14 @@ def gc(rw, older_than_days: float, dry_run: bool = False, verify: bool = True) -
         "cache_entries": n_cache, "tool_entries": n_tools, "runs": len(purged),
         "blobs": len(orphans), "bytes": sum(orphans.values()), "corrupt_blobs": len(corrupt),
     }
-    locations |= store.object_locations() | ({store.objects.location} if store.objects else set())
-    if locations:
-        report.update(_sweep_objects(store, locations, grace, dry_run))
+    locations |= store.object_locations()
+    # one sweep per place (a bucket and prefix, through whichever endpoint the rows name);
+    # the configured store's endpoint wins
+    places = {place_of(loc): loc for loc in sorted(locations)}
+    if store.objects:
+        places[store.objects.place] = store.objects.location
+    if places:
+        report.update(_sweep_objects(store, set(places.values()), grace, dry_run))
     return report
 
 

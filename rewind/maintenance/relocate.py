@@ -13,7 +13,7 @@ pages before it moved. The statements are the store's.
 from __future__ import annotations
 
 from ..errors import IntegrityError
-from ..store.objects import open_objects
+from ..store.objects import open_objects, place_of
 from ..store.rows import blob_ok
 
 PAGE = 50
@@ -26,7 +26,7 @@ def migrate_blobs(rw, to: str) -> dict:
     store = rw.store
     store.require_writable()
     to = str(to or "").strip()
-    target = None if to == "inline" else open_objects(to, "--to")
+    target = None if to.lower() == "inline" else open_objects(to, "--to")
     moved = size = kept = 0
     after = ""
     while True:
@@ -39,6 +39,10 @@ def migrate_blobs(rw, to: str) -> dict:
             for h, n, where in page:
                 want = target.location if target is not None and n > store.inline_max else None
                 if where == want:
+                    kept += 1
+                    continue
+                if where and want and place_of(where) == place_of(want):
+                    store.set_blob_location(h, b"", want)  # there already: a new endpoint only
                     kept += 1
                     continue
                 data = store.raw_blobs([h]).get(h)

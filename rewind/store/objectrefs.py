@@ -36,11 +36,11 @@ class SQLObjectRefs(SQLBase):
         """From now on, large values of this store go to the object store at `url`; None, ''
         or 'inline' keeps every value in the database (what is already elsewhere still reads)."""
         url = (url or "").strip()
-        self.objects = None if url in ("", "inline") else objects.open_objects(url, source)
+        self.objects = None if url.lower() in ("", "inline") else objects.open_objects(url, source)
 
     def objects_at(self, location: str) -> objects.ObjectStore:
-        mine = self.objects
-        return mine if mine is not None and mine.location == location else \
+        mine = self.objects  # the configured store serves its place, whatever endpoint a row names
+        return mine if mine is not None and mine.place == objects.place_of(location) else \
             objects.open_objects(location, "blobs.location")
 
     # writing -------------------------------------------------------------------------------
@@ -57,9 +57,9 @@ class SQLObjectRefs(SQLBase):
             if h not in rows:
                 target.put(h, blobs[h])  # the bytes first: a row never names nothing
                 new.append(h)
-            elif rows[h] is not None:  # a reference row: its object must still be there
+            elif rows[h] is not None:  # a reference row: its object must still hold it
                 there = self.objects_at(rows[h])
-                if there.size(h) != len(blobs[h]):
+                if not there.holds(h, blobs[h]):  # missing, or altered in place: repaired
                     target.put(h, blobs[h])
                     if rows[h] != target.location:
                         self.execute("UPDATE blobs SET location = ? WHERE hash = ?",
@@ -137,7 +137,9 @@ class SQLObjectRefs(SQLBase):
         old = {h: size for h, size, mtime in self.objects_at(location).listing()
                if mtime < older_than}
         rows = self.blob_locations(sorted(old)) if old else {}
-        return {h: size for h, size in old.items() if rows.get(h, "") != location}
+        here = objects.place_of(location)
+        return {h: size for h, size in old.items()
+                if objects.place_of(rows.get(h) or "") != here}
 
     def delete_objects(self, location: str, hashes: Iterable[str]) -> None:
         hashes = list(hashes)

@@ -6,7 +6,10 @@ reference (hash, size, location) in `blobs`.
     file:///absolute/folder                          a local folder
 
 An object is named by its content hash (`<prefix>/<hash>`), so the same value is one object
-however many runs refer to it. Credentials, region and endpoint come from the usual AWS
+however many runs refer to it. A store's `location` (what a reference row records) is its URL
+with the endpoint given in it and nothing else (never a credential): a process that was not
+told the endpoint still finds the objects. Its `place` is the location less the endpoint: the
+same bucket and prefix reached through another endpoint (a moved MinIO) is the same place. Credentials, region and endpoint come from the usual AWS
 environment (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_DEFAULT_REGION, AWS_ENDPOINT_URL_S3
 or AWS_ENDPOINT_URL) or the URL's `endpoint=`; never from the URL's user part. Every failure to
 reach the store is a `StoreError` naming it; a missing object is `ObjectMissing`. The choice of
@@ -16,7 +19,10 @@ what goes where (the threshold) and the verification of what comes back are `blo
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
+import re
+import stat
 import tempfile
 import threading
 import urllib.parse
@@ -27,8 +33,20 @@ from ..errors import InvalidRequest, StoreError
 INLINE_MAX_DEFAULT = 256 * 1024  # REWIND_BLOB_INLINE_MAX: larger values go to the object store
 
 
+_NAME = re.compile(r"[0-9a-f]{64}")  # what an object is named: nothing else is ever deleted
+
+
 class ObjectMissing(Exception):
     """The object store holds no object of that name."""
+
+
+def place_of(location: str) -> str:
+    """Where the objects are, whatever the endpoint they are reached through."""
+    return str(location).split("?", 1)[0]
+
+
+def is_object_name(name: str) -> bool:
+    return bool(_NAME.fullmatch(name))
 
 
 def inline_max(value: Optional[str] = None) -> int:
@@ -47,7 +65,7 @@ def inline_max(value: Optional[str] = None) -> int:
 
 
 class ObjectStore:
-    """One object store. `location` is what a blob row records (no endpoint, no secret);
+    """One object store. `location` is what a blob row records (its endpoint, no secret);
     `reads`/`writes` count objects fetched and stored by this process (benchmarks, tests)."""
 
     location: str = ""
@@ -60,8 +78,17 @@ class ObjectStore:
 
     def get(self, h: str) -> bytes: raise NotImplementedError
 
+    @property
+    def place(self) -> str:
+        return place_of(self.location)
+
     def size(self, h: str) -> Optional[int]:
         """The stored object's size, None when there is none (no bytes travel)."""
+        raise NotImplementedError
+
+    def holds(self, h: str, data: bytes) -> bool:
+        """Whether the object `h` holds exactly `data` (a write checks before it skips the
+        upload: an object altered in place keeps its size)."""
         raise NotImplementedError
 
     def delete(self, hashes: Iterable[str]) -> None: raise NotImplementedError
@@ -93,6 +120,7 @@ class FileObjects(ObjectStore):
             try:
                 with os.fdopen(fd, "wb") as f:
                     f.write(data)
+                os.chmod(tmp, 0o666 & ~_umask())  # mkstemp's 0600 would hide it from others
                 os.replace(tmp, self._path(h))  # never a half-written object under its name
             except BaseException:
                 with contextlib.suppress(OSError):
@@ -122,6 +150,15 @@ class FileObjects(ObjectStore):
         except OSError as e:
             raise self._fail(f"check object {h[:12]}…", e) from None
 
+    def holds(self, h: str, data: bytes) -> bool:
+        try:
+            with open(self._path(h), "rb") as f:
+                return f.read(len(data) + 1) == data
+        except FileNotFoundError:
+            return False
+        except OSError as e:
+            raise self._fail(f"check object {h[:12]}…", e) from None
+
     def delete(self, hashes: Iterable[str]) -> None:
         for h in hashes:
             with contextlib.suppress(OSError):
@@ -134,11 +171,12 @@ class FileObjects(ObjectStore):
             return []
         out = []
         for name in names:
-            if name.startswith("."):  # an upload in progress
+            if not is_object_name(name):  # an upload in progress (.incoming-), anything else
                 continue
             with contextlib.suppress(OSError):
                 st = os.stat(self._path(name))
-                out.append((name, st.st_size, st.st_mtime))
+                if stat.S_ISREG(st.st_mode):
+                    out.append((name, st.st_size, st.st_mtime))
         return out
 
 
@@ -212,6 +250,18 @@ class S3Objects(ObjectStore):
             return None
         return int(head["ContentLength"])
 
+    def holds(self, h: str, data: bytes) -> bool:
+        try:
+            head = self._call(f"check object {h[:12]}…", self.client.head_object,
+                              Bucket=self.bucket, Key=self._key(h))
+        except ObjectMissing:
+            return False
+        if int(head["ContentLength"]) != len(data):
+            return False
+        # a single-part upload's ETag is the MD5 of its bytes (S3, MinIO, R2, Ceph); an ETag
+        # of another form (a multipart or KMS-encrypted object) cannot be compared: upload again
+        return str(head.get("ETag", "")).strip('"') == hashlib.md5(data).hexdigest()
+
     def delete(self, hashes: Iterable[str]) -> None:
         keys = [{"Key": self._key(h)} for h in hashes]
         for i in range(0, len(keys), 1000):  # S3's limit per request
@@ -224,8 +274,9 @@ class S3Objects(ObjectStore):
         out = []
         for page in self._call("list objects", lambda: list(pages)):
             for o in page.get("Contents", []):
-                name = o["Key"].rsplit("/", 1)[-1]
-                out.append((name, int(o["Size"]), o["LastModified"].timestamp()))
+                name = o["Key"][len(self.prefix) + 1:] if self.prefix else o["Key"]
+                if is_object_name(name):  # not one under a deeper prefix, nor another's file
+                    out.append((name, int(o["Size"]), o["LastModified"].timestamp()))
         return out
 
 
@@ -239,19 +290,33 @@ def open_objects(url: str, source: str = "blobs") -> ObjectStore:
     naming `source`."""
     url = str(url).strip()
     with _OPEN_LOCK:
-        # a row's location (no endpoint) is the store opened from a fuller URL, if one was
-        got = _OPEN.get(url) or _OPEN.get(("location", url))
+        # a row's location is the store opened from the same URL; one recorded without its
+        # endpoint (or given it by the environment) is the store opened at that place, if one was
+        got = _OPEN.get(url) or ("?" not in url and _OPEN.get(("place", url))) or None
         if got is None:
             got = _OPEN[url] = _parse(url, source)
-            _OPEN.setdefault(("location", got.location), got)
+            _OPEN.setdefault(("place", got.place), got)
         return got
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def _shown(url: str) -> str:
+    """A URL as an error message may show it: no user part, no options (either may hold a
+    secret)."""
+    parts = urllib.parse.urlsplit(url)
+    return f"{parts.scheme}://{parts.netloc.rpartition('@')[2]}{parts.path}"
 
 
 def _parse(url: str, source: str) -> ObjectStore:
     parts = urllib.parse.urlsplit(url)
     if parts.scheme == "file":
         if parts.netloc or not parts.path.startswith("/") or parts.query:
-            raise InvalidRequest(f"{source}: {url!r} is no file:///absolute/folder URL "
+            raise InvalidRequest(f"{source}: {_shown(url)!r} is no file:///absolute/folder URL "
                                  "(three slashes, an absolute path, no options)", field=source)
         root = os.path.normpath(urllib.parse.unquote(parts.path))
         return FileObjects(f"file://{root}", root)
@@ -262,16 +327,30 @@ def _parse(url: str, source: str) -> ObjectStore:
                                  field=source)
         bucket, prefix = parts.netloc, parts.path.strip("/")
         if not bucket:
-            raise InvalidRequest(f"{source}: {url!r} names no bucket (s3://bucket/prefix)",
+            raise InvalidRequest(f"{source}: {_shown(url)!r} names no bucket (s3://bucket/prefix)",
                                  field=source)
         endpoint = None
         for name, value in urllib.parse.parse_qsl(parts.query, keep_blank_values=True):
-            if name != "endpoint" or not value.startswith(("http://", "https://")):
-                raise InvalidRequest(f"{source}: unknown option {name}={value!r} in {url!r}; the "
-                                     "one option is endpoint=http(s)://host:port", field=source)
+            # a value is never shown: a mistyped option may be a secret
+            if name != "endpoint":
+                raise InvalidRequest(f"{source}: unknown option {name[:40]!r} in an s3:// URL; "
+                                     "the one option is endpoint=http(s)://host:port", field=source)
+            if endpoint is not None:
+                raise InvalidRequest(f"{source}: endpoint= is given twice; give it once",
+                                     field=source)
+            there = urllib.parse.urlsplit(value)
+            if there.scheme not in ("http", "https") or not there.hostname:
+                raise InvalidRequest(f"{source}: endpoint= must be http(s)://host[:port]",
+                                     field=source)
+            if "@" in there.netloc:
+                raise InvalidRequest(f"{source}: endpoint= names no user or password; give "
+                                     "credentials in AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY",
+                                     field=source)
             endpoint = value
-        location = f"s3://{bucket}/{prefix}" if prefix else f"s3://{bucket}"
+        place = f"s3://{bucket}/{prefix}" if prefix else f"s3://{bucket}"
+        location = f"{place}?endpoint={endpoint}" if endpoint else place
         return S3Objects(location, bucket, prefix, endpoint)
-    raise InvalidRequest(f"{source}: {url!r} is not an object store URL; use s3://bucket/prefix "
-                         "or file:///absolute/folder (or leave it unset: values stay in the "
-                         "database)", field=source)
+    raise InvalidRequest(f"{source}: {_shown(url)!r} is not an object store URL; use "
+                         "s3://bucket/prefix or file:///absolute/folder" +
+                         (" (or leave it unset: values stay in the database)"
+                          if source != "--to" else " or inline"), field=source)

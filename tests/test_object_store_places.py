@@ -1,0 +1,160 @@
+"""Object stores as a stranger found them (issue 42's review): where a row says its object is,
+what a write checks before it skips an upload, what gc may delete, what a message may show.
+A real S3 API on loopback (moto's server) and a local folder, as in test_object_store."""
+
+from __future__ import annotations
+
+import os
+import stat
+import subprocess
+import sys
+
+import boto3
+import pytest
+
+from rewind import Rewind
+from rewind.cli import main
+from rewind.errors import InvalidRequest
+from rewind.store.objects import open_objects
+from tests.test_object_store import (  # noqa: F401  (fixtures)
+    BUCKET, PIPELINE, aws_env, blob_rows, blobs_url, objects_of, recorded, s3_endpoint,
+)
+
+SECRET = "SuperSecret123"
+
+
+def test_a_process_not_told_the_endpoint_finds_the_objects(tmp_path, s3_endpoint, aws_env):
+    """A row records the endpoint its URL gave: `blobs migrate --to inline` from a process with
+    no REWIND_BLOBS reads MinIO, not AWS."""
+    boto3.client("s3", endpoint_url=s3_endpoint, region_name="us-east-1").create_bucket(Bucket="moved")
+    db = str(tmp_path / "r.db")
+    url = f"s3://moved/run1?endpoint={s3_endpoint}"
+    run, fresh = recorded(db, url, "endpoints")
+    fresh.close()
+    assert {loc for _, loc in blob_rows_of(db).values() if loc} == {url}
+    env = {k: v for k, v in os.environ.items() if not k.startswith("REWIND_BLOBS")}
+    done = subprocess.run([sys.executable, "-m", "rewind", "--db", db, "blobs", "migrate",
+                           "--to", "inline"], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert all(loc is None for _, loc in blob_rows_of(db).values())
+    assert objects_of(url) == {}  # moved back: the objects went after the commit
+    back = Rewind(db, pipelines=[PIPELINE])
+    assert len(back.get_run(run.id).step("large").outputs["big"]) > 256 * 1024
+    back.close()
+
+
+def blob_rows_of(db: str) -> dict:
+    rw = Rewind(db, pipelines=[PIPELINE])
+    try:
+        return blob_rows(rw)
+    finally:
+        rw.close()
+
+
+def test_a_new_endpoint_for_the_same_bucket_is_the_same_place(tmp_path, s3_endpoint, aws_env):
+    """MinIO moved: the configured URL's endpoint serves rows naming the old one, a migrate to
+    it moves nothing and deletes nothing, and gc sweeps the place once."""
+    boto3.client("s3", endpoint_url=s3_endpoint, region_name="us-east-1").create_bucket(Bucket="moved-minio")
+    db = str(tmp_path / "r.db")
+    old = "s3://moved-minio/p?endpoint=http://127.0.0.1:1"  # where the rows say (nothing listens)
+    new = f"s3://moved-minio/p?endpoint={s3_endpoint}"
+    run, fresh = recorded(db, new, "moved")
+    with fresh.store.transaction():
+        fresh.store.execute("UPDATE blobs SET location = ? WHERE location IS NOT NULL", (old,))
+    fresh.close()
+    rw = Rewind(db, pipelines=[PIPELINE], blobs=new, admin=True)
+    rw.store.forget_blobs()
+    assert len(rw.get_run(run.id).step("large").outputs["big"]) > 256 * 1024
+    before = set(objects_of(new))
+    report = rw.gc(older_than_days=365)
+    assert report.get("objects", 0) == 0 and set(objects_of(new)) == before
+    rw.close()
+    assert main(["--db", db, "blobs", "migrate", "--to", new]) == 0
+    assert set(objects_of(new)) == before  # nothing moved, nothing deleted
+    assert {loc for _, loc in blob_rows_of(db).values() if loc} == {new}
+
+
+def test_an_object_altered_in_place_is_repaired_by_running_the_step_again(store_url, blobs_url):
+    """Bit rot keeps the size: a write checks the bytes (the folder's file, S3's MD5 ETag)
+    before it skips the upload, so re-executing the step stores them again."""
+    run, fresh = recorded(store_url, blobs_url, "bitrot")
+    (h,) = [h for h, (_, loc) in blob_rows(fresh).items() if loc is not None]
+    objs = open_objects(blobs_url)
+    data = bytearray(objs.get(h))
+    data[10] ^= 1
+    objs.put(h, bytes(data))  # same size, other bytes
+    fresh.close()
+    again = Rewind(store_url, pipelines=[PIPELINE], blobs=blobs_url)
+    rerun = again.run(PIPELINE, {"topic": "bitrot"}, use_cache=False)
+    assert rerun.step("large").status == "executed"
+    assert objs.get(h) != bytes(data)
+    again.store.forget_blobs()
+    assert len(again.get_run(run.id).step("large").outputs["big"]) > 256 * 1024
+    again.close()
+
+
+@pytest.mark.parametrize("url", [
+    f"s3://b/p?aws_secret_access_key={SECRET}",
+    f"s3://b/p?endpoint=http://AKIA:{SECRET}@127.0.0.1:9000",
+    f"s3://b/p?endpoint=http://127.0.0.1:9000&endpoint=http://{SECRET}:1",
+    f"file:///tmp/x?token={SECRET}",
+    f"ftp://user:{SECRET}@host/p",
+])
+def test_a_secret_in_a_url_is_refused_and_never_shown(url, tmp_path, aws_env, capsys, monkeypatch):
+    with pytest.raises(InvalidRequest) as e:
+        open_objects(url)
+    assert SECRET not in str(e.value)
+    monkeypatch.setenv("REWIND_BLOBS", url)
+    assert main(["--db", str(tmp_path / "r.db"), "runs"]) == 2
+    monkeypatch.delenv("REWIND_BLOBS")
+    assert main(["--db", str(tmp_path / "r.db"), "blobs", "migrate", "--to", url]) == 2
+    got = capsys.readouterr()
+    assert SECRET not in got.out + got.err and got.err.strip()
+
+
+def test_gc_deletes_and_counts_only_objects_of_its_own_prefix(tmp_path, s3_endpoint, aws_env):
+    """An object under a deeper prefix (another database's) or a folder in a file:// store is
+    neither counted nor deleted."""
+    client = boto3.client("s3", endpoint_url=s3_endpoint, region_name="us-east-1")
+    client.create_bucket(Bucket="nest")
+    outer, inner = (f"s3://nest/{p}?endpoint={s3_endpoint}" for p in ("a", "a/b"))
+    run_outer, rw_outer = recorded(str(tmp_path / "outer.db"), outer, "outer")
+    run_inner, rw_inner = recorded(str(tmp_path / "inner.db"), inner, "inner")
+    rw_inner.close()
+    rw_outer.close()
+    os.environ["REWIND_BLOB_GRACE_S"] = "0"
+    try:
+        gc = Rewind(str(tmp_path / "outer.db"), pipelines=[PIPELINE], blobs=outer, admin=True)
+        assert gc.gc(older_than_days=365).get("objects") == 0
+        gc.close()
+        folder = tmp_path / "objs"
+        (folder / "sub").mkdir(parents=True)
+        (folder / "notes.txt").write_text("mine")
+        local = Rewind(str(tmp_path / "local.db"), pipelines=[PIPELINE],
+                       blobs=f"file://{folder}", admin=True)
+        assert local.gc(older_than_days=365).get("objects") == 0
+        local.close()
+    finally:
+        del os.environ["REWIND_BLOB_GRACE_S"]
+    assert (folder / "sub").is_dir() and (folder / "notes.txt").exists()
+    inner_rw = Rewind(str(tmp_path / "inner.db"), pipelines=[PIPELINE], blobs=inner)
+    assert len(inner_rw.get_run(run_inner.id).step("large").outputs["big"]) > 256 * 1024
+    inner_rw.close()
+
+
+def test_file_objects_are_readable_by_others_as_the_umask_allows(tmp_path):
+    objs = open_objects(f"file://{tmp_path}/objs")
+    objs.put("a" * 64, b"value")
+    mode = stat.S_IMODE(os.stat(tmp_path / "objs" / ("a" * 64)).st_mode)
+    mask = os.umask(0)
+    os.umask(mask)
+    assert mode == 0o666 & ~mask
+
+
+def test_inline_is_any_case(store_url, blobs_url, capsys):
+    run, fresh = recorded(store_url, blobs_url, "case")
+    fresh.close()
+    assert main(["--db", store_url, "blobs", "migrate", "--to", "INLINE"]) == 0
+    back = Rewind(store_url, pipelines=[PIPELINE])
+    assert all(loc is None for _, loc in blob_rows(back).values())
+    back.close()
