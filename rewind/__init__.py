@@ -56,8 +56,8 @@ from .action import action, tool  # noqa: E402
 from .api import MAX_SEARCH, Rewind, register_pipeline  # noqa: E402
 from .engine import Pipeline  # noqa: E402
 from .errors import (  # noqa: E402
-    CommitError, CorpusError, ForkError, IntegrityError, InvalidRequest, NotFound, OperationError,
-    ProviderError, ReadOnlyError, RewindError, StoreError, UndeclaredRead, UnhashableValue,
+    CommitError, CorpusError, ForkError, IntegrityError, InvalidRequest, NotFound, ObjectStoreError,
+    OperationError, ProviderError, ReadOnlyError, RewindError, StoreError, UndeclaredRead, UnhashableValue,
     UserError,
 )
 from .keys import canonical_hash  # noqa: E402
@@ -77,5 +77,5 @@ __all__ = [
     "IntegrityError", "ProviderError", "canonical_hash", "record_usage", "Run", "Step",
     "TrajectoryDiff", "DiffRow", "AuditReport", "AuditRow", "llm", "register_type",
     "RunStatus", "StepStatus", "UserError", "OperationError", "CorpusError", "CommitError",
-    "BatchReport", "BatchRow", "ReadOnlyError", "BlameReport", "BlameRow",
+    "BatchReport", "BatchRow", "ReadOnlyError", "BlameReport", "BlameRow", "ObjectStoreError",
 ]

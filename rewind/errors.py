@@ -11,7 +11,8 @@
         ├── StoreError
         │   ├── IntegrityError
         │   ├── ReadOnlyError
-        │   └── CommitError
+        │   ├── CommitError
+        │   └── ObjectStoreError
         ├── ProviderError
         └── CorpusError
 
@@ -88,6 +89,10 @@ class IntegrityError(StoreError):
 
 class ReadOnlyError(StoreError):
     """Raised when a run, fork or purge is asked of a store open read-only; nothing ran."""
+
+
+class ObjectStoreError(StoreError):
+    """Raised when the object store holding large values cannot be reached, read or written."""
 
 
 class CommitError(StoreError):

@@ -14,7 +14,7 @@ import pytest
 
 from rewind import Rewind
 from rewind.cli import main
-from rewind.errors import InvalidRequest
+from rewind.errors import CommitError, InvalidRequest
 from rewind.store.objects import open_objects
 from tests.test_object_store import (  # noqa: F401  (fixtures)
     BUCKET, PIPELINE, aws_env, blob_rows, blobs_url, objects_of, recorded, s3_endpoint,
@@ -158,3 +158,16 @@ def test_inline_is_any_case(store_url, blobs_url, capsys):
     back = Rewind(store_url, pipelines=[PIPELINE])
     assert all(loc is None for _, loc in blob_rows(back).values())
     back.close()
+
+
+def test_an_unreachable_store_is_named_as_the_cause_not_the_database(store_url, aws_env):
+    down = "s3://b/p?endpoint=http://127.0.0.1:1"
+    rw = Rewind(store_url, pipelines=[PIPELINE], blobs=down)
+    with pytest.raises(CommitError) as e:
+        rw.run(PIPELINE, {"topic": "outage"})
+    message = str(e.value)
+    rw.close()
+    assert "\n" not in message and message.count("could not write run") == 1
+    assert f"object store {down} could not store object" in message
+    assert "database is reachable" not in message and "CommitError" not in message
+    assert f"rewind resume {e.value.run_id}" in message

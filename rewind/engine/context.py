@@ -19,7 +19,7 @@ from typing import Any, Callable, Optional
 from ..model import chat as llm
 from ..store import serde
 from ..keys import runtime_input_names
-from ..errors import CommitError, ReadOnlyError, RewindError, StoreError
+from ..errors import CommitError, ObjectStoreError, ReadOnlyError, RewindError, StoreError
 from ..keys import canonical_parts, combine, is_internal_key, sha256_hex
 from ..models import Step, StepStatus, normalize_overrides, overrides_at
 from ..redaction import redact
@@ -344,7 +344,9 @@ class ExecutionContext:
                     raise CommitError(
                         f"could not write run {self.run_id} to {self.store.url}: "
                         f"{type(e).__name__}: {e}. Everything committed before is intact; "
-                        "resume the run once the database is reachable", run_id=self.run_id,
+                        f"resume the run once the "
+                        f"{'object store' if isinstance(e, ObjectStoreError) else 'database'} "
+                        "is reachable", run_id=self.run_id,
                     ) from e
         # committed: what this process wrote is stored and right; never re-sent or re-verified
         self.store.remember_written(written, self.written_values)

@@ -9,11 +9,14 @@ An object is named by its content hash (`<prefix>/<hash>`), so the same value is
 however many runs refer to it. A store's `location` (what a reference row records) is its URL
 with the endpoint given in it and nothing else (never a credential): a process that was not
 told the endpoint still finds the objects. Its `place` is the location less the endpoint: the
-same bucket and prefix reached through another endpoint (a moved MinIO) is the same place. Credentials, region and endpoint come from the usual AWS
-environment (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_DEFAULT_REGION, AWS_ENDPOINT_URL_S3
-or AWS_ENDPOINT_URL) or the URL's `endpoint=`; never from the URL's user part. Every failure to
-reach the store is a `StoreError` naming it; a missing object is `ObjectMissing`. The choice of
-what goes where (the threshold) and the verification of what comes back are `blobs`'.
+same bucket and prefix reached through another endpoint (a moved MinIO) is the same place.
+
+Credentials, region and endpoint come from the usual AWS environment (AWS_ACCESS_KEY_ID,
+AWS_SECRET_ACCESS_KEY, AWS_DEFAULT_REGION, AWS_ENDPOINT_URL_S3 or AWS_ENDPOINT_URL) or the
+URL's `endpoint=`; never from a user part, which is refused. Every failure to reach the store
+is an `ObjectStoreError` (a `StoreError`) naming it; a missing object is `ObjectMissing`. The
+choice of what goes where (the threshold) and the verification of what comes back are
+`blobs`'. Only objects named by a hash are ever listed or deleted.
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ import threading
 import urllib.parse
 from typing import Iterable, Optional
 
-from ..errors import InvalidRequest, StoreError
+from ..errors import InvalidRequest, ObjectStoreError, StoreError
 
 INLINE_MAX_DEFAULT = 256 * 1024  # REWIND_BLOB_INLINE_MAX: larger values go to the object store
 
@@ -99,7 +102,7 @@ class ObjectStore:
 
     def _fail(self, what: str, error: BaseException) -> StoreError:
         first = (str(error).strip().splitlines() or [type(error).__name__])[0]
-        return StoreError(f"object store {self.location} could not {what}: {first}; check that "
+        return ObjectStoreError(f"object store {self.location} could not {what}: {first}; check that "
                           "it is reachable and that the credentials may read and write it")
 
 
@@ -198,7 +201,7 @@ class S3Objects(ObjectStore):
                     import boto3
                     from botocore.config import Config
                 except ImportError:  # pragma: no cover - the `objects` extra is not installed
-                    raise StoreError(f"object store {self.location} needs boto3: "
+                    raise ObjectStoreError(f"object store {self.location} needs boto3: "
                                      "pip install 'rewind[objects]'") from None
                 endpoint = self.endpoint or os.environ.get("AWS_ENDPOINT_URL_S3") or \
                     os.environ.get("AWS_ENDPOINT_URL")

@@ -14,7 +14,7 @@ import contextlib
 import threading
 from typing import Any, Iterable, Iterator, Optional, Sequence
 
-from ..errors import InvalidRequest, ReadOnlyError, StoreError
+from ..errors import InvalidRequest, ObjectStoreError, ReadOnlyError, StoreError
 from .liveness import current_pid
 
 CHUNK = 500  # ids per IN (...) list
@@ -274,6 +274,9 @@ class SQLBase(abc.ABC):
         knows it."""
         chain = _chain(error)
         for e in chain:
+            if isinstance(e, ObjectStoreError):  # the database is fine: the object store is not
+                return str(e).split("; check that", 1)[0], "check that the object store is " \
+                    "reachable and that the credentials may read and write it"
             known = self._failure_of(e)
             if known is not None:
                 return known
