@@ -88,20 +88,32 @@ class Step:
     def inputs(self) -> dict:
         """The values of the read fields the node ran on (loaded on first access)."""
         if self._inputs is None:
-            self._inputs = self._loader(_present(self.input_refs)) if self._loader else {}
+            self._inputs = self._load(_present(self.input_refs), "read") if self._loader else {}
         return self._inputs
+
+    def _load(self, refs: dict, how: str) -> dict:
+        from .errors import IntegrityError
+
+        try:
+            return self._loader(refs)
+        except IntegrityError as e:  # which of this step's fields, not only which blob
+            fields = [k for k, h in refs.items() if h[:12] in str(e)] or sorted(refs)
+            named = ", ".join(f"`{k}`" for k in fields)
+            raise IntegrityError(f"field {named} that step {self.node!r} of run {self.run_id} "
+                                 f"{how}: {e}", run_id=self.run_id, node=self.node,
+                                 field=fields[0] if fields else None) from None
 
     def load_inputs(self, fields: Any) -> dict:
         """The values of some of the read fields (a plan loads only those it must hash)."""
         if self._inputs is not None or not self._loader:
             return {k: v for k, v in self.inputs.items() if k in fields}
-        return self._loader({k: h for k, h in _present(self.input_refs).items() if k in fields})
+        return self._load({k: h for k, h in _present(self.input_refs).items() if k in fields}, "read")
 
     @property
     def outputs(self) -> dict:
         """The values the node wrote (loaded on first access)."""
         if self._outputs is None:
-            self._outputs = self._loader(_present(self.output_refs)) if self._loader else {}
+            self._outputs = self._load(_present(self.output_refs), "wrote") if self._loader else {}
         return self._outputs
 
     @property

@@ -239,8 +239,10 @@ def test_a_missing_or_tampered_object_is_never_served_and_a_rerun_repairs_it(sto
         objs.put(h, b'"not the value"' + b" " * BIG)
     rw.close()
     fresh = Rewind(store_url, pipelines=[PIPELINE], blobs=blobs_url)
-    with pytest.raises(IntegrityError, match=h[:12]):
+    with pytest.raises(IntegrityError, match=h[:12]) as e:
         fresh.get_run(run.id).step("large").outputs
+    assert f"field `big` that step 'large' of run {run.id} wrote" in str(e.value)
+    assert (e.value.run_id, e.value.node, e.value.field) == (run.id, "large", "big")
     fork = fresh.fork(run.id, at="large")  # the cache entry is rejected; the step re-executes
     assert fork.status == "completed", fork.error
     assert fork.step("large").status == "executed"
