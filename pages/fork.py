@@ -75,8 +75,10 @@ prefix = f"fk:{run.id}:{key}"
 st.caption(f"Recorded reason for {md(key)}:")
 st.text(point.reason or "—")
 
+large = point.large_inputs()  # not loaded (nor fetched from an object store) unless asked
+closed = {n for n in large if not st.session_state.get(f"{prefix}:open:{n}")}
 try:
-    recorded_inputs = point.inputs()
+    recorded_inputs = point.inputs(skip=closed)
 except rewind.RewindError as e:
     recorded_inputs = {}
     st.warning(f"The recorded inputs of this step could not be loaded ({md(e)}); fields start empty.")
@@ -96,6 +98,13 @@ with left:
     if not reads:
         st.caption("This node reads nothing from the state.")
     for name in reads:
+        if name in large:
+            st.checkbox(f"Load {name} to edit it ({fmt.fmt_bytes(large[name])} recorded)",
+                        key=f"{prefix}:open:{name}",
+                        help="Too large to put in an editor unless you ask; left closed, the "
+                             "fork keeps the recorded value.")
+            if name in closed:
+                continue
         originals[name] = recorded_inputs.get(name)
         kinds[name], raws[name] = editors.render_value_widget(
             st, name, originals[name], f"{prefix}:edit:{name}",

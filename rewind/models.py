@@ -81,6 +81,8 @@ class Step:
 
         return step_cost(self)
     _loader: Any = dataclasses.field(default=None, repr=False, compare=False)
+    # {blob hash: (size, location)} of stored values, from their rows (store.blob_info)
+    _sizer: Any = dataclasses.field(default=None, repr=False, compare=False)
     _inputs: Optional[dict] = dataclasses.field(default=None, repr=False, compare=False)
     _outputs: Optional[dict] = dataclasses.field(default=None, repr=False, compare=False)
 
@@ -102,6 +104,15 @@ class Step:
             raise IntegrityError(f"field {named} that step {self.node!r} of run {self.run_id} "
                                  f"{how}: {e}", run_id=self.run_id, node=self.node,
                                  field=fields[0] if fields else None) from None
+
+    def input_sizes(self) -> dict:
+        """{field: bytes of its value as stored} of the read fields, from the rows alone: no
+        value is loaded and no object fetched (a page decides from it what to load)."""
+        refs = _present(self.input_refs)
+        if not refs or self._sizer is None:
+            return {}
+        info = self._sizer(sorted(set(refs.values())))
+        return {k: info[h][0] for k, h in refs.items() if h in info}
 
     def load_inputs(self, fields: Any) -> dict:
         """The values of some of the read fields (a plan loads only those it must hash)."""

@@ -20,6 +20,10 @@ from .steps import numbered
 
 NOT_REACHED_REASON = "the run stopped before this node; a fork runs it from the state saved before it"
 
+# a recorded value larger than this (bytes as stored) is not put in an editor until asked: a
+# text area of megabytes is no editor, and the value may sit in an object store
+LARGE_VALUE_BYTES = 256 * 1024
+
 
 @dataclass(frozen=True)
 class ForkPoint:
@@ -36,16 +40,28 @@ class ForkPoint:
     load_inputs: Callable[[], dict] = dict
     reached: bool = True
     shown: str = ""  # the status a page shows (fmt.shown_status), when it differs from `status`
+    # {field: bytes as stored} without loading anything; and a loader of all fields but some
+    input_sizes: Callable[[], dict] = dict
+    load_except: Optional[Callable[[Any], dict]] = None
 
-    def inputs(self) -> dict:
-        return dict(self.load_inputs())
+    def inputs(self, skip: Any = ()) -> dict:
+        """The values the node read, but those in `skip` (never loaded)."""
+        if skip and self.load_except is not None:
+            return dict(self.load_except(set(skip)))
+        return {k: v for k, v in self.load_inputs().items() if k not in skip}
+
+    def large_inputs(self) -> dict:
+        """{field: bytes} of the recorded values an editor shows only when asked."""
+        return {k: n for k, n in self.input_sizes().items() if n > LARGE_VALUE_BYTES}
 
 
 def from_step(step: Any) -> ForkPoint:
     return ForkPoint(key=fmt.step_key(step.node, step.occurrence), node=step.node,
                      occurrence=step.occurrence, status=step.status, reason=step.reason or "",
                      params=dict(step.params or {}), load_inputs=lambda: step.inputs,
-                     shown=fmt.shown_status(step))
+                     shown=fmt.shown_status(step), input_sizes=step.input_sizes,
+                     load_except=lambda skip: step.load_inputs(
+                         [k for k in step.input_refs if k not in skip]))
 
 
 def not_reached(nxt: dict, pipeline: Any) -> ForkPoint:

@@ -160,6 +160,47 @@ def test_dashboard_pages_read_an_object_only_to_show_its_step(store_url, blobs_u
     assert n == 1 and any("Step large" in m.value for m in at.markdown)
 
 
+def test_the_fork_page_loads_a_large_input_only_when_asked(store_url, blobs_url, monkeypatch,
+                                                          pipeline_registry):
+    """At a step that read a large value, the Fork page shows its size and a box to load it:
+    closed, nothing is fetched and the fork keeps the recorded value; opened, it is an editor."""
+    from streamlit.testing.v1 import AppTest
+
+    import rewind
+    from tests.page_script import ROOT
+
+    run, fresh = recorded(store_url, blobs_url, "fork page")
+    monkeypatch.setenv("REWIND_DB", store_url)
+    monkeypatch.setenv("REWIND_BLOBS", blobs_url)
+    rewind.register_pipeline(PIPELINE)
+    objs = open_objects(blobs_url)
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=120)
+    at.session_state["fork_run"], at.session_state["fork_node"] = run.id, "measure"
+    at.run()
+    at.switch_page("pages/fork.py")
+    before = objs.reads
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert objs.reads == before
+    key = f"fk:{run.id}:measure"
+    box = at.checkbox(key=f"{key}:open:big")
+    assert "Load big to edit it" in box.label and "KB recorded" in box.label
+    assert not [t for t in at.text_area if t.key == f"{key}:edit:big"]
+    at.number_input(key=f"{key}:param:scale").set_value(3)
+    at.run()
+    [b for b in at.button if "Replay" in b.label][0].click()
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    fork = fresh.list_runs(limit=1)[0]
+    assert fork.parent_id == run.id and fork.edit == {}
+    assert fresh.get_run(fork.id).step("measure").outputs["size"] == 3 * run.step("measure").outputs["size"]
+    at.checkbox(key=f"{key}:open:big").check()
+    at.run()
+    area = at.text_area(key=f"{key}:edit:big")
+    assert area.value.startswith("small note on fork page")
+    fresh.close()
+
+
 def test_a_plan_at_a_step_reading_a_large_value_reads_no_object(store_url, blobs_url):
     """The fork node's key is made from the recorded hash of a large field it reads (the
     bytes hash to their name), so planning there fetches nothing, and says what the fork does."""
