@@ -11,13 +11,15 @@ import sys
 
 import boto3
 import pytest
+from burr.core.graph import GraphBuilder
 
-from rewind import Rewind
+from rewind import Pipeline, Rewind, action
 from rewind.cli import main
 from rewind.errors import CommitError, InvalidRequest
 from rewind.store.objects import open_objects
 from tests.test_object_store import (  # noqa: F401  (fixtures)
-    BUCKET, PIPELINE, aws_env, blob_rows, blobs_url, objects_of, recorded, s3_endpoint,
+    BUCKET, PIPELINE, aws_env, blob_rows, blobs_url, large, objects_of, recorded, s3_endpoint,
+    small,
 )
 
 SECRET = "SuperSecret123"
@@ -94,9 +96,15 @@ def test_an_object_altered_in_place_is_repaired_by_running_the_step_again(store_
 
 
 @pytest.mark.parametrize("url", [
-    f"s3://b/p?aws_secret_access_key={SECRET}",
-    f"s3://b/p?endpoint=http://AKIA:{SECRET}@127.0.0.1:9000",
-    f"s3://b/p?endpoint=http://127.0.0.1:9000&endpoint=http://{SECRET}:1",
+    f"s3://bkt/p?aws_secret_access_key={SECRET}",
+    f"s3://bkt/p?{SECRET}",
+    f"s3://bkt/p?endpoint=http://AKIA:{SECRET}@127.0.0.1:9000",
+    f"s3://bkt/p?endpoint=http://AKIA%3A{SECRET}%40127.0.0.1:9000",
+    f"s3://bkt/p?endpoint=http://127.0.0.1:9000&endpoint=http://{SECRET}:1",
+    f"s3://bkt/p?endpoint=http://127.0.0.1:9000/?token={SECRET}",
+    f"s3:/AKIA:{SECRET}@bkt/p",
+    f"s3:AKIA:{SECRET}@bkt",
+    f"s3://AKIA%3A{SECRET}%40bkt/p",
     f"file:///tmp/x?token={SECRET}",
     f"ftp://user:{SECRET}@host/p",
 ])
@@ -161,13 +169,93 @@ def test_inline_is_any_case(store_url, blobs_url, capsys):
 
 
 def test_an_unreachable_store_is_named_as_the_cause_not_the_database(store_url, aws_env):
-    down = "s3://b/p?endpoint=http://127.0.0.1:1"
+    down = "s3://bkt/p?endpoint=http://127.0.0.1:1"
     rw = Rewind(store_url, pipelines=[PIPELINE], blobs=down)
     with pytest.raises(CommitError) as e:
         rw.run(PIPELINE, {"topic": "outage"})
     message = str(e.value)
     rw.close()
     assert "\n" not in message and message.count("could not write run") == 1
-    assert f"object store {down} could not store object" in message
+    assert message.startswith(f"could not write run {e.value.run_id}: object store {down} "
+                              "could not store object")
     assert "database is reachable" not in message and "CommitError" not in message
     assert f"rewind resume {e.value.run_id}" in message
+
+
+def test_a_folder_reached_through_a_symlink_is_the_same_store(tmp_path, aws_env, monkeypatch):
+    """gc and migrate through another path to the same folder delete nothing it holds."""
+    real, link = tmp_path / "real", tmp_path / "link"
+    real.mkdir()
+    link.symlink_to(real)
+    db = str(tmp_path / "r.db")
+    run, fresh = recorded(db, f"file://{real}", "symlinks")
+    fresh.close()
+    held = set(objects_of(f"file://{real}"))
+    monkeypatch.setenv("REWIND_BLOB_GRACE_S", "0")
+    rw = Rewind(db, pipelines=[PIPELINE], blobs=f"file://{link}", admin=True)
+    assert rw.gc(older_than_days=365).get("objects") == 0
+    rw.close()
+    assert main(["--db", db, "blobs", "migrate", "--to", f"file://{link}"]) == 0
+    assert set(objects_of(f"file://{real}")) == held
+    back = Rewind(db, pipelines=[PIPELINE])
+    assert len(back.get_run(run.id).step("large").outputs["big"]) > 256 * 1024
+    back.close()
+
+
+@pytest.mark.parametrize("damage", ["missing", "altered"])
+def test_a_process_without_a_store_repairs_a_damaged_object_inline(store_url, blobs_url, damage):
+    """Re-running the step from a process with no object store keeps the bytes in the
+    database when the object no longer holds them: the new run reads."""
+    run, fresh = recorded(store_url, blobs_url, "no store")
+    (h,) = [h for h, (_, loc) in blob_rows(fresh).items() if loc is not None]
+    fresh.close()
+    objs = open_objects(blobs_url)
+    if damage == "missing":
+        objs.delete([h])
+    else:
+        data = bytearray(objs.get(h))
+        data[5] ^= 1
+        objs.put(h, bytes(data))
+    plain = Rewind(store_url, pipelines=[PIPELINE])
+    again = plain.run(PIPELINE, {"topic": "no store"}, use_cache=False)
+    assert again.step("large").status == "executed"
+    assert blob_rows(plain)[h] == (blob_rows(plain)[h][0], None) and blob_rows(plain)[h][0] > 256 * 1024
+    assert len(plain.get_run(again.id).step("large").outputs["big"]) > 256 * 1024
+    plain.close()
+
+
+def test_a_folder_named_with_url_characters_reads_back(tmp_path, aws_env):
+    folder = tmp_path / "a#b?c%41 d"
+    url = "file://" + __import__("urllib.parse").parse.quote(str(folder))
+    run, fresh = recorded(str(tmp_path / "r.db"), url, "odd names")
+    fresh.close()
+    assert folder.is_dir() and len(os.listdir(folder)) == 1
+    back = Rewind(str(tmp_path / "r.db"), pipelines=[PIPELINE])
+    assert len(back.get_run(run.id).step("large").outputs["big"]) > 256 * 1024
+    back.close()
+
+
+@action(reads=["big", "note"], writes=["digest"], ignore=["note"])
+def digest(state, width: int = 8):
+    return state.update(digest=state["big"][:width])
+
+
+def test_a_plan_at_a_node_with_ignore_reads_no_object(store_url, blobs_url, pipeline_registry):
+    """`ignore=` on another field leaves a large field's recorded hash usable by the plan."""
+    graph = (GraphBuilder().with_actions(small=small, large=large, digest=digest)
+             .with_transitions(("small", "large"), ("large", "digest")).build())
+    pipe = Pipeline("bigignore", graph, entrypoint="small")
+    rw = Rewind(store_url, pipelines=[pipe], blobs=blobs_url)
+    run = rw.run(pipe, {"topic": "ignored"})
+    rw.close()
+    fresh = Rewind(store_url, pipelines=[pipe], blobs=blobs_url)
+    objs = open_objects(blobs_url)
+    before = objs.reads
+    same = fresh.plan_fork(run.id, at="digest")
+    wider = fresh.plan_fork(run.id, at="digest", params={"width": 4})
+    assert objs.reads == before
+    assert same.rows[-1].verdict == "cached" and wider.rows[-1].verdict == "re-run"
+    assert fresh.fork(run.id, at="digest").step("digest").status == "cached"
+    assert fresh.fork(run.id, at="digest", params={"width": 4}).step("digest").outputs["digest"] \
+        == run.step("digest").outputs["digest"][:4]
+    fresh.close()

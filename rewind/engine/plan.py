@@ -91,20 +91,28 @@ def recorded_parts(store: Any, spec: Any, step: Any, edit: dict) -> dict:
     """{field: its key parts as recorded} for the unedited fields whose values live in an
     object store: a plan keys the fork node with these hashes instead of fetching the values
     (the hash of a value is the hash of those bytes; the key parts are those of the recording).
-    Empty, so every value is loaded and hashed, when the node's key strips parts of values
-    (`ignore`) or the recording names user classes (a class's code is keyed as it is now)."""
+    A field the node's `ignore` drops whole has no part (nor is it loaded). Every value is
+    loaded and hashed when the recording names user classes (a class's code is keyed as it is
+    now); so is a field `ignore` strips parts of now, or whose recorded hash was of a stripped
+    value (its recorded hash is then neither its stored address nor beside a `form:`)."""
     recorded = step.field_hashes or {}
-    if spec.policy.ignore or any(k.startswith("class:") for k in recorded):
+    if any(k.startswith("class:") for k in recorded):
         return {}
+    ignore = spec.policy.ignore or ()
     refs = {k: r for k, r in (step.input_refs or {}).items()
             if k not in edit and isinstance(r, str)}
     stored = _stored(store, refs)
     out = {}
     for k, r in refs.items():
-        part = ("read:" if k in spec.reads else "prior:") + k
-        if stored.get(r, (0, None))[1] is None or part not in recorded:
-            continue  # inline (cheap to read) or keyed otherwise than recorded: hash the value
-        out[k] = {p: recorded[p] for p in (part, "form:" + k) if p in recorded}
+        if stored.get(r, (0, None))[1] is None:
+            continue  # inline: cheap to read, hashed as it is
+        if k in ignore:
+            out[k] = {}  # not part of the key at all
+            continue
+        part, form = ("read:" if k in spec.reads else "prior:") + k, "form:" + k
+        whole = recorded.get(form) == r or (form not in recorded and recorded.get(part) == r)
+        if part in recorded and whole and not any(n.startswith(k + ".") for n in ignore):
+            out[k] = {p: recorded[p] for p in (part, form) if p in recorded}
     return out
 
 

@@ -168,7 +168,9 @@ def failure_message(ctx: Any, error: BaseException, written: bool) -> str:
                 else f"a run of pipeline {ctx.pipeline.name!r}")
         return (f"could not start {what} in {store.url}: {cause}; nothing was written (the run "
                 f"does not exist): {remedy}, then start it again")
-    return (f"could not write run {ctx.run_id} to {store.url}: {cause}. It is interrupted with "
+    # a value the object store could not take: the database is not the one to name
+    where = "" if cause.startswith("object store ") else f" to {store.url}"
+    return (f"could not write run {ctx.run_id}{where}: {cause}. It is interrupted with "
             f"the steps committed before; {remedy}, then `rewind resume {ctx.run_id}`")
 
 

@@ -16,7 +16,7 @@ import time
 from typing import Any, Iterable, Optional, Sequence
 
 from . import serde
-from ..errors import IntegrityError, NotFound
+from ..errors import IntegrityError, NotFound, StoreError
 from .base import BlobStore
 from .objectrefs import SQLObjectRefs
 from .rows import blob_ok, make_doc
@@ -95,6 +95,7 @@ class SQLBlobs(SQLObjectRefs, SQLBase, BlobStore):
         differ = self._differing(present, blobs) if present else []
         if not differ:
             return
+        differ = self._repair_references(differ, blobs, now)
         stored = self.raw_blobs(differ)
         for h in differ:
             if h in stored and not blob_ok(h, stored[h]):  # another valid encoding is left be
@@ -102,6 +103,23 @@ class SQLBlobs(SQLObjectRefs, SQLBase, BlobStore):
                              (blobs[h], len(blobs[h]), now, h))
                 with self._lock:
                     self._docs.pop(h, None)
+
+    def _repair_references(self, hashes: list, blobs: dict, now: float) -> list:
+        """Of `hashes` (stored rows that differ from `blobs`), the inline ones. A reference row
+        (its bytes in an object store) written here again, by a process that sends it inline
+        (no object store, or a higher threshold): if its object no longer holds the bytes, or
+        cannot be reached, the bytes are kept inline instead, so the write repairs it."""
+        refs = {h: loc for h, loc in self.blob_locations(hashes).items() if loc is not None}
+        for h, loc in refs.items():
+            try:
+                holds = self.objects_at(loc).holds(h, blobs[h])
+            except StoreError:
+                holds = False
+            if not holds:
+                self.execute("UPDATE blobs SET data = ?, size = ?, created_at = ?, location = NULL "
+                             "WHERE hash = ?", (blobs[h], len(blobs[h]), now, h))
+                self._forget_blob(h)
+        return [h for h in hashes if h not in refs]
 
     def _insert_blob_rows(self, chunk: list, blobs: dict, now: float) -> list:
         """Insert the blobs of `chunk` not stored yet; the hashes that may have been stored

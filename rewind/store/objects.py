@@ -44,8 +44,18 @@ class ObjectMissing(Exception):
 
 
 def place_of(location: str) -> str:
-    """Where the objects are, whatever the endpoint they are reached through."""
-    return str(location).split("?", 1)[0]
+    """Where the objects are: an S3 location less the endpoint it is reached through; a folder
+    by its device and inode while it exists (a symlink or a bind mount to it is the same
+    folder: gc and migrate must never take it for another), else by its real path."""
+    base = str(location).split("?", 1)[0]
+    if not base.startswith("file://"):
+        return base
+    root = os.path.realpath(urllib.parse.unquote(base[len("file://"):]))
+    try:
+        st = os.stat(root)
+    except OSError:
+        return f"file://{root}"
+    return f"file:dev={st.st_dev},ino={st.st_ino}"
 
 
 def is_object_name(name: str) -> bool:
@@ -309,10 +319,34 @@ def _umask() -> int:
 
 
 def _shown(url: str) -> str:
-    """A URL as an error message may show it: no user part, no options (either may hold a
-    secret)."""
-    parts = urllib.parse.urlsplit(url)
-    return f"{parts.scheme}://{parts.netloc.rpartition('@')[2]}{parts.path}"
+    """A URL as an error message may show it: nothing before an `@` (a user part, however
+    spelled), no options (either may hold a secret), at most 200 characters."""
+    base = url.split("?", 1)[0].split("#", 1)[0]
+    scheme, colon, rest = base.partition(":")
+    if "@" in rest:
+        rest = "//…@" + rest.rpartition("@")[2].lstrip("/")
+    return f"{scheme}{colon}{rest}"[:200]
+
+
+_BUCKET = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]")  # S3's rule, as MinIO and R2 keep it
+_NO_USER = ("names no user or password; give credentials in AWS_ACCESS_KEY_ID and "
+            "AWS_SECRET_ACCESS_KEY")
+
+
+def _endpoint(value: str, source: str) -> str:
+    """The `endpoint=` option, checked (never shown: it is where a secret would be pasted)."""
+    there = urllib.parse.urlsplit(value)
+    if "@" in value.split("?", 1)[0]:
+        raise InvalidRequest(f"{source}: endpoint= {_NO_USER}", field=source)
+    try:
+        there.port  # noqa: B018 (a port that is no number raises here)
+    except ValueError:
+        there = None
+    if there is None or there.scheme not in ("http", "https") or not there.hostname \
+            or there.path not in ("", "/") or there.query or there.fragment:
+        raise InvalidRequest(f"{source}: endpoint= must be http(s)://host[:port] and nothing "
+                             "more", field=source)
+    return value.rstrip("/")
 
 
 def _parse(url: str, source: str) -> ObjectStore:
@@ -322,34 +356,33 @@ def _parse(url: str, source: str) -> ObjectStore:
             raise InvalidRequest(f"{source}: {_shown(url)!r} is no file:///absolute/folder URL "
                                  "(three slashes, an absolute path, no options)", field=source)
         root = os.path.normpath(urllib.parse.unquote(parts.path))
-        return FileObjects(f"file://{root}", root)
-    if parts.scheme == "s3":
-        if "@" in parts.netloc:  # never echo it: it may hold a secret
-            raise InvalidRequest(f"{source}: an s3:// URL names no user or password; give "
-                                 "credentials in AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY",
-                                 field=source)
+        # quoted, so a folder named with `#`, `?` or `%` is the same folder read back from a row
+        return FileObjects(f"file://{urllib.parse.quote(root)}", root)
+    if parts.scheme == "s3" or url.startswith("s3:"):
+        if "@" in url.split("?", 1)[0]:  # never echo it: it may hold a secret
+            raise InvalidRequest(f"{source}: an s3:// URL {_NO_USER}", field=source)
+        if parts.scheme != "s3" or not url.startswith("s3://"):
+            raise InvalidRequest(f"{source}: {_shown(url)!r} is no s3://bucket/prefix URL "
+                                 "(two slashes, then the bucket)", field=source)
         bucket, prefix = parts.netloc, parts.path.strip("/")
         if not bucket:
             raise InvalidRequest(f"{source}: {_shown(url)!r} names no bucket (s3://bucket/prefix)",
                                  field=source)
+        if not _BUCKET.fullmatch(bucket):
+            raise InvalidRequest(f"{source}: the bucket of an s3:// URL must be 3 to 63 lowercase "
+                                 "letters, digits, dots or hyphens", field=source)
         endpoint = None
         for name, value in urllib.parse.parse_qsl(parts.query, keep_blank_values=True):
-            # a value is never shown: a mistyped option may be a secret
+            # neither shown: a mistyped option, or its value, may be a secret
             if name != "endpoint":
-                raise InvalidRequest(f"{source}: unknown option {name[:40]!r} in an s3:// URL; "
-                                     "the one option is endpoint=http(s)://host:port", field=source)
+                raise InvalidRequest(f"{source}: an s3:// URL takes one option, "
+                                     "endpoint=http(s)://host:port, and no other", field=source)
             if endpoint is not None:
                 raise InvalidRequest(f"{source}: endpoint= is given twice; give it once",
                                      field=source)
-            there = urllib.parse.urlsplit(value)
-            if there.scheme not in ("http", "https") or not there.hostname:
-                raise InvalidRequest(f"{source}: endpoint= must be http(s)://host[:port]",
-                                     field=source)
-            if "@" in there.netloc:
-                raise InvalidRequest(f"{source}: endpoint= names no user or password; give "
-                                     "credentials in AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY",
-                                     field=source)
-            endpoint = value
+            endpoint = _endpoint(value, source)
+        if parts.fragment:
+            raise InvalidRequest(f"{source}: an s3:// URL has no #fragment", field=source)
         place = f"s3://{bucket}/{prefix}" if prefix else f"s3://{bucket}"
         location = f"{place}?endpoint={endpoint}" if endpoint else place
         return S3Objects(location, bucket, prefix, endpoint)
