@@ -259,3 +259,13 @@ def test_a_plan_at_a_node_with_ignore_reads_no_object(store_url, blobs_url, pipe
     assert fresh.fork(run.id, at="digest", params={"width": 4}).step("digest").outputs["digest"] \
         == run.step("digest").outputs["digest"][:4]
     fresh.close()
+
+
+def test_an_export_missing_an_object_names_the_object_store(store_url, blobs_url, capsys):
+    run, fresh = recorded(store_url, blobs_url, "export")
+    (h,) = [h for h, (_, loc) in blob_rows(fresh).items() if loc is not None]
+    fresh.close()
+    open_objects(blobs_url).delete([h])
+    assert main(["--db", store_url, "export", run.id]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and f"missing from the object store {blobs_url.split('?')[0]}" in err

@@ -107,9 +107,13 @@ def export_run(rw, run_id: str) -> dict:
         blobs[h] = base64.b64encode(data).decode("ascii")
     lost = sorted(h for h in wanted if h not in blobs)
     if lost:
+        where = store.blob_locations(lost[:1]).get(lost[0]) if hasattr(store, "blob_locations") \
+            else None
         raise NotFound(
-            f"{len(lost)} blob(s) the runs refer to are missing from {store.url} "
-            f"(first {lost[0][:12]}…); the export would not be self-contained"
+            f"{len(lost)} blob(s) the runs refer to are missing from "
+            f"{'the object store ' + where if where else store.url} (first {lost[0][:12]}…); "
+            "the export would not be self-contained; re-running the steps that wrote them "
+            "stores them again"
         )
     edges = {}
     for graph_id in sorted({r["graph_id"] for r in chain if r["graph_id"]}):
