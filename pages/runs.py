@@ -314,10 +314,13 @@ if sel_key and sel_key in by_key:
     calls = list(step.calls or [])
     tabs = st.tabs(["Inputs", "Outputs", f"Model calls ({len(calls)})", "Params",
                     "State after this step", "Field hashes"])
-    for tab, getter in ((tabs[0], lambda: step.inputs), (tabs[1], lambda: step.outputs)):
+    big = f"big:{run.id}:{sel_key}"  # a large value is loaded when its box is ticked
+    for tab, sizes, load, refs in ((tabs[0], step.input_sizes, step.load_inputs, step.input_refs),
+                                   (tabs[1], step.output_sizes, step.load_outputs, step.output_refs)):
         with tab:
             try:
-                textview.show_fields(getter())
+                closed = textview.closed_large_fields(sizes(), f"{big}:{'in' if tab is tabs[0] else 'out'}")
+                textview.show_fields(load([k for k in refs if k not in closed]))
             except rewind.RewindError as e:
                 st.warning(f"Not available: {md(e)}")
     with tabs[2]:
@@ -326,14 +329,16 @@ if sel_key and sel_key in by_key:
         textview.show_json(fmt.to_jsonable(step.params or {}), expanded=2)
     with tabs[4]:
         try:
-            snap = rw.state_at(step)
+            snap = rw.state_at(step, skip=textview.closed_large_fields(
+                rw.state_at(step, sizes=True) or {}, f"{big}:state"))
         except rewind.RewindError as e:
             snap = None
             st.warning(f"Not available: {md(e)}")
         if snap is None:
             st.caption("No saved state for this step.")
         else:
-            textview.show_json(fmt.to_jsonable(fmt.public_state(snap)), expanded=1)
+            textview.show_json(fmt.preview_value(fmt.to_jsonable(fmt.public_state(snap)),
+                                                 textview.SHOW_CHARS), expanded=1)
     with tabs[5]:
         st.json(step.field_hashes or {})
 

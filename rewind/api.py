@@ -11,7 +11,7 @@ from __future__ import annotations
 import functools
 import os
 from collections.abc import Mapping
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Iterable, Optional
 
 from .engine import (
     GLOBAL_PIPELINES, Heartbeat, NextVisit, Pipeline, fork_run, load_pipeline_spec, next_visit,
@@ -263,13 +263,16 @@ class Rewind:
         return {"ancestors": ancestors,
                 "children": self.store.children(run_id, owner=self._owner_filter)}
 
-    def state_at(self, step: Step) -> Optional[dict]:
-        """The whole state Burr saved after a step."""
+    def state_at(self, step: Step, skip: Iterable[str] = (), sizes: bool = False) -> Optional[dict]:
+        """The whole state Burr saved after a step (but the fields in `skip`, never loaded);
+        with `sizes`, {field: bytes as stored} of it instead, nothing loaded."""
         if step.sequence_id is None or step.state_app_id is None:
             return None
         if step.run_id is not None:
             self._run_row(step.run_id)
-        return self.store.state_snapshot(step.state_app_id, step.sequence_id)
+        if sizes:
+            return self.store.state_sizes(step.state_app_id, step.sequence_id)
+        return self.store.state_snapshot(step.state_app_id, step.sequence_id, skip)
 
     def graph(self, run: Run) -> tuple:
         """(nodes, edges) of the pipeline graph a run used."""

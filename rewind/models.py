@@ -108,7 +108,14 @@ class Step:
     def input_sizes(self) -> dict:
         """{field: bytes of its value as stored} of the read fields, from the rows alone: no
         value is loaded and no object fetched (a page decides from it what to load)."""
-        refs = _present(self.input_refs)
+        return self._sizes(self.input_refs)
+
+    def output_sizes(self) -> dict:
+        """{field: bytes of its value as stored} of the written fields (see input_sizes)."""
+        return self._sizes(self.output_refs)
+
+    def _sizes(self, refs: dict) -> dict:
+        refs = _present(refs)
         if not refs or self._sizer is None:
             return {}
         info = self._sizer(sorted(set(refs.values())))
@@ -119,6 +126,13 @@ class Step:
         if self._inputs is not None or not self._loader:
             return {k: v for k, v in self.inputs.items() if k in fields}
         return self._load({k: h for k, h in _present(self.input_refs).items() if k in fields}, "read")
+
+    def load_outputs(self, fields: Any) -> dict:
+        """The values of some of the written fields (a page loads a large one when asked)."""
+        if self._outputs is not None or not self._loader:
+            return {k: v for k, v in self.outputs.items() if k in fields}
+        return self._load({k: h for k, h in _present(self.output_refs).items() if k in fields},
+                          "wrote")
 
     @property
     def outputs(self) -> dict:

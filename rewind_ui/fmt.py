@@ -166,15 +166,36 @@ def preview_text(text: Any, limit: int = PREVIEW_CHARS) -> str:
     return s[:limit] + f"\n… ({len(s) - limit:,} more characters, {len(s):,} in all)"
 
 
-def preview_value(value: Any, limit: int = PREVIEW_CHARS) -> Any:
-    """A value for st.json previews with every long string cut (see preview_text)."""
+# a list or dict longer than this shows its first items and how many more there are
+PREVIEW_ITEMS = 100
+# a recorded value larger than this (bytes as stored) is loaded onto a page only when asked:
+# the page holds every tab's content up front, and the value may sit in an object store
+LARGE_VALUE_BYTES = 256 * 1024
+
+
+def preview_value(value: Any, limit: int = PREVIEW_CHARS, items: int = PREVIEW_ITEMS) -> Any:
+    """A value for st.json previews with every long string cut (see preview_text) and every
+    long list or dict cut to its first `items` (a note says how many more there are)."""
     if isinstance(value, str):
         return preview_text(value, limit)
     if isinstance(value, dict):
-        return {k: preview_value(v, limit) for k, v in value.items()}
+        out = {k: preview_value(v, limit, items) for k, v in list(value.items())[:items]}
+        if len(value) > items:
+            out["…"] = f"{len(value) - items:,} more keys, {len(value):,} in all"
+        return out
     if isinstance(value, list):
-        return [preview_value(v, limit) for v in value]
+        out = [preview_value(v, limit, items) for v in value[:items]]
+        if len(value) > items:
+            out.append(f"… {len(value) - items:,} more items, {len(value):,} in all")
+        return out
     return value
+
+
+def json_size(value: Any) -> int:
+    """About the bytes a value takes as JSON (its UTF-8 text for a string)."""
+    if isinstance(value, str):
+        return len(value.encode("utf-8", "replace")) + 2
+    return len(json.dumps(to_jsonable(value), ensure_ascii=False).encode("utf-8", "replace"))
 
 
 def keys_list(keys: Any) -> str:

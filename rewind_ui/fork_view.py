@@ -20,10 +20,6 @@ from .steps import numbered
 
 NOT_REACHED_REASON = "the run stopped before this node; a fork runs it from the state saved before it"
 
-# a recorded value larger than this (bytes as stored) is not put in an editor until asked: a
-# text area of megabytes is no editor, and the value may sit in an object store
-LARGE_VALUE_BYTES = 256 * 1024
-
 
 @dataclass(frozen=True)
 class ForkPoint:
@@ -52,7 +48,8 @@ class ForkPoint:
 
     def large_inputs(self) -> dict:
         """{field: bytes} of the recorded values an editor shows only when asked."""
-        return {k: n for k, n in self.input_sizes().items() if n > LARGE_VALUE_BYTES}
+        # a text area of megabytes is no editor, and the value may sit in an object store
+        return {k: n for k, n in self.input_sizes().items() if n > fmt.LARGE_VALUE_BYTES}
 
 
 def from_step(step: Any) -> ForkPoint:
@@ -74,7 +71,10 @@ def not_reached(nxt: dict, pipeline: Any) -> ForkPoint:
     return ForkPoint(key=fmt.step_key(node, occurrence), node=node, occurrence=occurrence,
                      status=NOT_REACHED, reason=NOT_REACHED_REASON,
                      params=dict(pipeline.params(node)) if pipeline is not None else {},
-                     load_inputs=lambda: inputs, reached=False)
+                     load_inputs=lambda: inputs, reached=False,
+                     # loaded with the saved state already: sized as JSON, so that a large one
+                     # is still not sent to the browser unless asked
+                     input_sizes=lambda: {k: fmt.json_size(v) for k, v in inputs.items()})
 
 
 def fork_points(run: Any, nxt: Optional[dict], pipeline: Any) -> list:

@@ -41,6 +41,18 @@ def show_fields(values: Any, empty: str = "Nothing recorded.", expanded: int = 2
         show_json(fmt.preview_value(fmt.to_jsonable(rest), SHOW_CHARS), expanded=expanded)
 
 
+def closed_large_fields(sizes: dict, key: str) -> set:
+    """The large fields (over fmt.LARGE_VALUE_BYTES as stored) not to load: each is shown by
+    its size with a box that loads it. Returns those whose box is not ticked."""
+    closed = set()
+    for name, n in sizes.items():
+        if n > fmt.LARGE_VALUE_BYTES and not st.checkbox(
+                f"Show {name} ({fmt.fmt_bytes(n)} recorded)", key=f"{key}:{name}",
+                help="Large: loaded (from the object store, if it is there) only when asked"):
+            closed.add(name)
+    return closed
+
+
 def show_json(value: Any, expanded: Any = True) -> None:
     """A JSON value as st.json, or as JSON text where st.json would round an integer."""
     if fmt.exact_in_a_browser(value):

@@ -129,10 +129,11 @@ def test_pages_and_fork_plan_read_no_object(store_url, blobs_url):
     fresh.close()
 
 
-def test_dashboard_pages_read_an_object_only_to_show_its_step(store_url, blobs_url, monkeypatch,
-                                                             pipeline_registry):
-    """The Runs page and a run's page (its trajectory) under Streamlit's AppTest fetch no
-    object; opening the step that wrote the large value fetches it once."""
+def test_dashboard_pages_read_an_object_only_when_asked(store_url, blobs_url, monkeypatch,
+                                                      pipeline_registry):
+    """The Runs page and a run's page, its steps' values and saved state included (Streamlit's
+    AppTest), fetch no object: a large value is shown by its size with a box; ticked, it is
+    fetched once and shown cut to a preview."""
     from streamlit.testing.v1 import AppTest
 
     import rewind
@@ -154,10 +155,20 @@ def test_dashboard_pages_read_an_object_only_to_show_its_step(store_url, blobs_u
         assert not at.exception, [e.value for e in at.exception]
         return objs.reads - before, at
 
-    assert reads_of({})[0] == 0  # the runs list
+    assert reads_of({})[0] == 0  # the runs list (and the run and step it opens)
     assert reads_of({"run": run.id})[0] == 0  # the run: its trajectory and graph
-    n, at = reads_of({"run": run.id, "node": "large"})
-    assert n == 1 and any("Step large" in m.value for m in at.markdown)
+    for node in ("large", "measure"):  # wrote it; read it (and its state holds it)
+        n, at = reads_of({"run": run.id, "node": node})
+        assert n == 0 and any(f"Step {node}" in m.value for m in at.markdown)
+        boxes = [b for b in at.checkbox if b.label.startswith("Show big (")]
+        assert len(boxes) == 2 and all("KB recorded" in b.label for b in boxes)
+    boxes[0].check()
+    before = objs.reads
+    at.run()
+    assert objs.reads - before == 1
+    shown = [t.value for t in at.text]
+    assert any(v.startswith("small note on dashboard") and "more characters" in v for v in shown)
+    assert max(len(v) for v in shown) < 21_000  # a preview, not 300 KB
 
 
 def test_the_fork_page_loads_a_large_input_only_when_asked(store_url, blobs_url, monkeypatch,

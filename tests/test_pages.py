@@ -605,6 +605,11 @@ def test_a_huge_text_output_is_cut_on_the_page(rw, db):
     run = rw.run(pipeline, {"question": "q"})
     rewind.register_pipeline(pipeline)
     at = ok(app(query={"run": run.id, "node": "huge"}).run())
+    assert not [t for t in texts(at.text) if t.startswith("AAAA")]  # over 256 KB: when asked
+    boxes = [b for b in at.checkbox if b.label.startswith("Show answer (")]
+    assert len(boxes) == 2 and "976.6 KB recorded" in boxes[0].label  # its outputs; the state after
+    boxes[0].check()
+    ok(at.run())
     shown = [t for t in texts(at.text) if t.startswith("AAAA")]
     assert shown and all(len(t) < textview.SHOW_CHARS + 200 for t in shown)
     assert any("1,000,000 in all" in t for t in shown)

@@ -271,3 +271,23 @@ def test_diff_view_of_a_fork(pair, rw):
     assert len(a_cost) == len(b_cost) == len(delta) == 3
     assert delta[0] == 0  # plan is inherited: its inputs did not change
     assert diff_view.noise_rows(d, 3) == [{"Node": "answer", "Noise (k=3)": "—"}]
+
+
+def test_a_preview_cuts_long_lists_and_dicts_not_only_strings():
+    """33k short strings in a list were 2.4 MB on a page: a preview keeps the first items."""
+    value = {"items": [f"s{i}" for i in range(33_000)], "map": {f"k{i}": i for i in range(500)},
+             "text": "x" * 5_000}
+    shown = fmt.preview_value(value, limit=100, items=10)
+    assert shown["items"][:10] == [f"s{i}" for i in range(10)]
+    assert shown["items"][10] == "… 32,990 more items, 33,000 in all" and len(shown["items"]) == 11
+    assert len(shown["map"]) == 11 and shown["map"]["…"] == "490 more keys, 500 in all"
+    assert shown["text"].startswith("x" * 100) and "5,000 in all" in shown["text"]
+    assert fmt.preview_value([1, 2], items=10) == [1, 2]
+
+
+def test_the_node_a_run_never_reached_offers_its_large_inputs_only_when_asked():
+    pipeline = SimpleNamespace(reads=lambda node: ["big", "small"], params=lambda node: {})
+    point = fork_view.not_reached({"node": "n", "occurrence": 1,
+                                   "state": {"big": "x" * 300_000, "small": "s"}}, pipeline)
+    assert set(point.large_inputs()) == {"big"} and point.large_inputs()["big"] >= 300_000
+    assert point.inputs(skip={"big"}) == {"small": "s"}

@@ -81,14 +81,23 @@ class SQLStates(SQLBase, StateStore):
         self.execute(f"{_INSERT_STATE} ON CONFLICT (partition_key, app_id, sequence_id, position) "
                      "DO UPDATE SET state = excluded.state, status = excluded.status", row)
 
-    def state_snapshot(self, app_id: str, sequence_id: int) -> Optional[dict]:
-        """The whole state Burr saved after a step, resolved from blobs."""
+    def state_snapshot(self, app_id: str, sequence_id: int,
+                       skip: Iterable[str] = ()) -> Optional[dict]:
+        """The whole state Burr saved after a step, resolved from blobs (but the fields in
+        `skip`, never loaded)."""
         data = self.load_state_refs(app_id, sequence_id)
         if data is None:
             return None
-        values = self.values(data.get(REFS_KEY, {}))
+        values = self.values({k: h for k, h in data.get(REFS_KEY, {}).items() if k not in skip})
         values.update({k: v for k, v in data.items() if k != REFS_KEY})
         return values
+
+    def state_sizes(self, app_id: str, sequence_id: int) -> dict:
+        """{field: bytes as stored} of a saved state, from the rows alone (nothing loaded)."""
+        data = self.load_state_refs(app_id, sequence_id)
+        refs = dict((data or {}).get(REFS_KEY, {}))
+        info = self.blob_info(sorted(set(refs.values()))) if refs else {}
+        return {k: info[h][0] for k, h in refs.items() if h in info}
 
     # export, import, gc --------------------------------------------------------------------
     def state_rows_of_apps(self, app_ids: Iterable[str]) -> list:
