@@ -269,3 +269,48 @@ def test_an_export_missing_an_object_names_the_object_store(store_url, blobs_url
     assert main(["--db", store_url, "export", run.id]) == 2
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and f"missing from the object store {blobs_url.split('?')[0]}" in err
+
+
+def test_gc_never_deletes_an_object_a_commit_in_flight_refers_to(store_url, blobs_url, monkeypatch):
+    """The sweep decides which objects are garbage and deletes them under gc's lock; a writer
+    uploads under `lock_for_upload`. A run writing the value of an orphaned object while gc
+    is between its decision and its delete waits, then uploads it again: its object is there."""
+    import threading
+
+    from rewind.store.objectrefs import SQLObjectRefs
+
+    run, admin = recorded(store_url, blobs_url, "in flight")
+    admin.close()
+    admin = Rewind(store_url, pipelines=[PIPELINE], blobs=blobs_url, admin=True)
+    admin.gc(older_than_days=0)  # the run goes; its object stays (younger than the grace)
+    (h,) = [h for h in objects_of(blobs_url) if h not in blob_rows(admin)]
+    monkeypatch.setenv("REWIND_BLOB_GRACE_S", "0")
+    decided, go = threading.Event(), threading.Event()
+    real = SQLObjectRefs.stray_objects
+
+    def paused(self, location, old):
+        stray = real(self, location, old)
+        decided.set()
+        go.wait(30)
+        return stray
+
+    monkeypatch.setattr(SQLObjectRefs, "stray_objects", paused)
+    sweeper = threading.Thread(target=admin.gc, kwargs={"older_than_days": 365})
+    sweeper.start()
+    assert decided.wait(60)
+    writer = Rewind(store_url, pipelines=[PIPELINE], blobs=blobs_url)
+    done: list = []
+    writing = threading.Thread(target=lambda: done.append(writer.run(PIPELINE, {"topic": "in flight"})))
+    writing.start()
+    writing.join(3)  # bounded: with the sweep's lock held, the commit cannot finish meanwhile
+    finished_early = not writing.is_alive()
+    go.set()
+    sweeper.join(60)
+    writing.join(60)
+    assert not finished_early, "a commit referring to an object finished between gc's decision and its delete"
+    assert done and done[0].status == "completed", done
+    assert h in objects_of(blobs_url)
+    writer.store.forget_blobs()
+    assert len(writer.get_run(done[0].id).step("large").outputs["big"]) > 256 * 1024
+    writer.close()
+    admin.close()

@@ -147,9 +147,18 @@ def _sweep_objects(store, locations: set, grace: float, dry_run: bool) -> dict:
     cutoff = time.time() - grace
     count = size = 0
     for location in sorted(locations):
-        stray = store.stray_objects(location, cutoff)
-        if not dry_run:
-            store.delete_objects(location, stray)
+        old = store.old_objects(location, cutoff)  # listed outside any transaction: it may be long
+        if not old:
+            continue
+        # A writer uploads inside its transaction, under `lock_for_upload`: holding gc's lock,
+        # every commit that refers to one of these has finished (and is seen) or has not
+        # uploaded yet (and will upload again, the row being gone), never in between.
+        with contextlib.nullcontext() if dry_run else store.transaction():
+            if not dry_run:
+                store.lock_for_gc()
+            stray = store.stray_objects(location, old)
+            if not dry_run:
+                store.delete_objects(location, stray)
         count, size = count + len(stray), size + sum(stray.values())
     return {"objects": count, "object_bytes": size}
 

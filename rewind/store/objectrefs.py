@@ -51,6 +51,7 @@ class SQLObjectRefs(SQLBase):
         big = {h for h, d in blobs.items() if len(d) > self.inline_max} if target else set()
         if not big:
             return blobs
+        self.lock_for_upload()  # a gc sweep deciding which objects are garbage waits, or is waited for
         rows = self.blob_locations(big)
         new = []
         for h in sorted(big):
@@ -131,11 +132,14 @@ class SQLObjectRefs(SQLBase):
         self.execute("UPDATE blobs SET data = ?, location = ? WHERE hash = ?",
                      (data if location is None else b"", location, h))
 
-    def stray_objects(self, location: str, older_than: float) -> dict:
-        """{hash: size} of the objects at `location`, modified before `older_than` (epoch
-        seconds), that no row of this database refers to there."""
-        old = {h: size for h, size, mtime in self.objects_at(location).listing()
-               if mtime < older_than}
+    def old_objects(self, location: str, older_than: float) -> dict:
+        """{hash: size} of the objects at `location` modified before `older_than` (epoch s)."""
+        return {h: size for h, size, mtime in self.objects_at(location).listing()
+                if mtime < older_than}
+
+    def stray_objects(self, location: str, old: dict) -> dict:
+        """Of `old` ({hash: size} at `location`), those no row of this database refers to
+        there. Asked inside gc's locked transaction, so no commit in flight can be missed."""
         rows = self.blob_locations(sorted(old)) if old else {}
         here = objects.place_of(location)
         return {h: size for h, size in old.items()

@@ -346,6 +346,11 @@ class PostgresStore(SQLStore):
             self._search_index = self.query("SELECT to_regclass(?)", (SEARCH_INDEX,))[0][0] is not None
         return self._search_index
 
+    def lock_for_upload(self) -> None:
+        # the lock an INSERT takes anyway, taken before the upload whatever statements came
+        # before it: it conflicts with gc's EXCLUSIVE, not with other writers
+        self.execute("LOCK TABLE blobs IN ROW EXCLUSIVE MODE")
+
     def lock_for_gc(self) -> None:
         # Nothing may reference a blob between gc's scan and its delete; readers go on. Writers
         # take these tables in their own order (a run row, then blobs): gc waiting for one while

@@ -304,5 +304,11 @@ class SQLBase(abc.ABC):
         """Inside a transaction: keep writers from adding references until it commits (a
         backend whose transactions already hold the only write lock needs nothing more)."""
 
+    def lock_for_upload(self) -> None:
+        """Inside a writer's transaction, before it uploads objects it will refer to: wait
+        for a gc holding `lock_for_gc` (so its sweep never deletes one of them), and keep the
+        next one waiting until this commits. Nothing more where a transaction already holds
+        the only write lock."""
+
     def db_size_bytes(self):
         return None
