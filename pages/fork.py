@@ -75,9 +75,11 @@ prefix = f"fk:{run.id}:{key}"
 st.caption(f"Recorded reason for {md(key)}:")
 st.text(point.reason or "—")
 
-large = point.large_inputs()  # not loaded (nor fetched from an object store) unless asked
-closed = {n for n in large if not st.session_state.get(f"{prefix}:open:{n}")}
+large: dict = {}
+closed: set = set()
 try:
+    large = point.large_inputs()  # not loaded (nor fetched from an object store) unless asked
+    closed = {n for n in large if not st.session_state.get(f"{prefix}:open:{n}")}
     recorded_inputs = point.inputs(skip=closed)
 except rewind.RewindError as e:
     recorded_inputs = {}
@@ -99,7 +101,7 @@ with left:
         st.caption("This node reads nothing from the state.")
     for name in reads:
         if name in large:
-            st.checkbox(f"Load {name} to edit it ({fmt.fmt_bytes(large[name])} recorded)",
+            st.checkbox(f"Load {fmt.md_escape(name)} to edit it ({fmt.fmt_bytes(large[name])} recorded)",
                         key=f"{prefix}:open:{name}",
                         help="Too large to put in an editor unless you ask; left closed, the "
                              "fork keeps the recorded value.")

@@ -320,7 +320,8 @@ if sel_key and sel_key in by_key:
         with tab:
             try:
                 closed = textview.closed_large_fields(sizes(), f"{big}:{'in' if tab is tabs[0] else 'out'}")
-                textview.show_fields(load([k for k in refs if k not in closed]))
+                textview.show_fields(load([k for k in refs if k not in closed]),
+                                     empty="Tick a box above to show it." if closed else "Nothing recorded.")
             except rewind.RewindError as e:
                 st.warning(f"Not available: {md(e)}")
     with tabs[2]:

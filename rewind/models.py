@@ -81,7 +81,7 @@ class Step:
 
         return step_cost(self)
     _loader: Any = dataclasses.field(default=None, repr=False, compare=False)
-    # {blob hash: (size, location)} of stored values, from their rows (store.blob_info)
+    # {field: (size, location)} of stored values, from their rows (store.field_blob_info)
     _sizer: Any = dataclasses.field(default=None, repr=False, compare=False)
     _inputs: Optional[dict] = dataclasses.field(default=None, repr=False, compare=False)
     _outputs: Optional[dict] = dataclasses.field(default=None, repr=False, compare=False)
@@ -94,16 +94,16 @@ class Step:
         return self._inputs
 
     def _load(self, refs: dict, how: str) -> dict:
-        from .errors import IntegrityError
+        from .errors import IntegrityError, NotFound
 
         try:
             return self._loader(refs)
-        except IntegrityError as e:  # which of this step's fields, not only which blob
+        except (IntegrityError, NotFound) as e:  # which of this step's fields, not which blob
             fields = [k for k, h in refs.items() if h[:12] in str(e)] or sorted(refs)
             named = ", ".join(f"`{k}`" for k in fields)
-            raise IntegrityError(f"field {named} that step {self.node!r} of run {self.run_id} "
-                                 f"{how}: {e}", run_id=self.run_id, node=self.node,
-                                 field=fields[0] if fields else None) from None
+            raise type(e)(f"field {named} that step {self.node!r} of run {self.run_id} {how}: "
+                          f"{e}", run_id=self.run_id, node=self.node,
+                          field=fields[0] if fields else None) from None
 
     def input_sizes(self) -> dict:
         """{field: bytes of its value as stored} of the read fields, from the rows alone: no
@@ -115,24 +115,22 @@ class Step:
         return self._sizes(self.output_refs)
 
     def _sizes(self, refs: dict) -> dict:
-        refs = _present(refs)
-        if not refs or self._sizer is None:
+        if self._sizer is None:
             return {}
-        info = self._sizer(sorted(set(refs.values())))
-        return {k: info[h][0] for k, h in refs.items() if h in info}
+        return {k: size for k, (size, _) in self._sizer(refs).items()}
 
     def load_inputs(self, fields: Any) -> dict:
         """The values of some of the read fields (a plan loads only those it must hash)."""
-        if self._inputs is not None or not self._loader:
-            return {k: v for k, v in self.inputs.items() if k in fields}
-        return self._load({k: h for k, h in _present(self.input_refs).items() if k in fields}, "read")
+        return self._load_some(self.input_refs, self._inputs, set(fields), "read")
 
     def load_outputs(self, fields: Any) -> dict:
         """The values of some of the written fields (a page loads a large one when asked)."""
-        if self._outputs is not None or not self._loader:
-            return {k: v for k, v in self.outputs.items() if k in fields}
-        return self._load({k: h for k, h in _present(self.output_refs).items() if k in fields},
-                          "wrote")
+        return self._load_some(self.output_refs, self._outputs, set(fields), "wrote")
+
+    def _load_some(self, refs: dict, loaded: Optional[dict], fields: set, how: str) -> dict:
+        if loaded is not None or not self._loader:
+            return {k: v for k, v in (loaded or {}).items() if k in fields}
+        return self._load({k: h for k, h in _present(refs).items() if k in fields}, how)
 
     @property
     def outputs(self) -> dict:

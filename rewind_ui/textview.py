@@ -47,7 +47,7 @@ def closed_large_fields(sizes: dict, key: str) -> set:
     closed = set()
     for name, n in sizes.items():
         if n > fmt.LARGE_VALUE_BYTES and not st.checkbox(
-                f"Show {name} ({fmt.fmt_bytes(n)} recorded)", key=f"{key}:{name}",
+                f"Show {fmt.md_escape(name)} ({fmt.fmt_bytes(n)} recorded)", key=f"{key}:{name}",
                 help="Large: loaded (from the object store, if it is there) only when asked"):
             closed.add(name)
     return closed

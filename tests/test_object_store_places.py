@@ -298,19 +298,148 @@ def test_gc_never_deletes_an_object_a_commit_in_flight_refers_to(store_url, blob
     sweeper = threading.Thread(target=admin.gc, kwargs={"older_than_days": 365})
     sweeper.start()
     assert decided.wait(60)
+    uploaded = threading.Event()
+    store_class = type(open_objects(blobs_url))
+    real_put = store_class.put
+
+    def put(self, name, data):
+        real_put(self, name, data)
+        uploaded.set()
+
+    monkeypatch.setattr(store_class, "put", put)
     writer = Rewind(store_url, pipelines=[PIPELINE], blobs=blobs_url)
     done: list = []
     writing = threading.Thread(target=lambda: done.append(writer.run(PIPELINE, {"topic": "in flight"})))
     writing.start()
-    writing.join(3)  # bounded: with the sweep's lock held, the commit cannot finish meanwhile
-    finished_early = not writing.is_alive()
+    # without the locks the writer uploads (and commits) now; with them it waits for the sweep
+    # (the wait below bounds how long a failure takes to show, never whether this passes)
+    uploaded_early = uploaded.wait(5)
     go.set()
     sweeper.join(60)
     writing.join(60)
-    assert not finished_early, "a commit referring to an object finished between gc's decision and its delete"
+    assert not uploaded_early, "a commit uploaded an object between gc's decision and its delete"
     assert done and done[0].status == "completed", done
     assert h in objects_of(blobs_url)
     writer.store.forget_blobs()
     assert len(writer.get_run(done[0].id).step("large").outputs["big"]) > 256 * 1024
     writer.close()
     admin.close()
+
+
+def _in_a_fresh_process(code: str) -> str:
+    """Run `code` in a new interpreter (no object store opened before it): its stdout."""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120, env={k: v for k, v in os.environ.items()
+                                            if k != "REWIND_BLOBS"})
+    assert done.returncode == 0, done.stderr[-2000:]
+    return done.stdout
+
+
+@pytest.fixture
+def second_s3(aws_env):
+    """A second S3 server in its own process (moto's servers in one process share one store)."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p",
+                               str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    endpoint = f"http://127.0.0.1:{port}"
+    client = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1")
+    try:
+        for _ in range(600):  # until it answers (polled, not slept for)
+            try:
+                client.list_buckets()
+                break
+            except Exception:
+                server.poll()
+                assert server.returncode is None, "moto's server did not start"
+                import time
+                time.sleep(0.05)
+        yield endpoint
+    finally:
+        server.terminate()
+        server.wait(30)
+
+
+def test_migrate_copies_to_another_server_with_the_same_bucket_name(tmp_path, s3_endpoint,
+                                                                   second_s3):
+    """Same bucket and prefix on another server: not "there already" unless it holds the
+    object; the values are copied, and the copies they came from are left alone."""
+    for endpoint in (s3_endpoint, second_s3):
+        boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1").create_bucket(Bucket="twin")
+    first, second = (f"s3://twin/p?endpoint={e}" for e in (s3_endpoint, second_s3))
+    db = str(tmp_path / "r.db")
+    run, fresh = recorded(db, first, "twins")
+    fresh.close()
+    held = set(objects_of(first))
+    assert main(["--db", db, "blobs", "migrate", "--to", second]) == 0
+    assert set(objects_of(second)) == held and set(objects_of(first)) == held
+    assert {loc for _, loc in blob_rows_of(db).values() if loc} == {second}
+    back = Rewind(db, pipelines=[PIPELINE], blobs=second)
+    assert len(back.get_run(run.id).step("large").outputs["big"]) > 256 * 1024
+    back.close()
+
+
+def test_a_store_configured_without_an_endpoint_reads_rows_that_name_one(tmp_path, s3_endpoint,
+                                                                        aws_env):
+    """`s3://bucket/prefix` with no endpoint means AWS: in a process told only that, rows that
+    name their server are read from it, not from AWS."""
+    boto3.client("s3", endpoint_url=s3_endpoint, region_name="us-east-1").create_bucket(Bucket="named")
+    db = str(tmp_path / "r.db")
+    run, fresh = recorded(db, f"s3://named/p?endpoint={s3_endpoint}", "named")
+    fresh.close()
+    out = _in_a_fresh_process(
+        "import rewind; from tests.test_object_store import PIPELINE\n"
+        f"rw = rewind.Rewind({db!r}, pipelines=[PIPELINE], blobs='s3://named/p')\n"
+        f"print(len(rw.get_run({run.id!r}).step('large').outputs['big']))")
+    assert int(out) > 256 * 1024
+
+
+def test_a_row_naming_a_dead_store_is_moved_by_the_next_write(tmp_path, aws_env):
+    """A reference row names a store that is gone for good; a write of the same value to the
+    configured store uploads it there and re-points the row, instead of failing every commit."""
+    db = str(tmp_path / "r.db")
+    live = f"file://{tmp_path}/live"
+    run, fresh = recorded(db, live, "dead")
+    dead = "s3://gone-bucket/p?endpoint=http://127.0.0.1:1"
+    with fresh.store.transaction():
+        fresh.store.execute("UPDATE blobs SET location = ? WHERE location IS NOT NULL", (dead,))
+    fresh.close()
+    for name in os.listdir(tmp_path / "live"):
+        os.unlink(tmp_path / "live" / name)
+    again = Rewind(db, pipelines=[PIPELINE], blobs=live)
+    rerun = again.run(PIPELINE, {"topic": "dead"}, use_cache=False)
+    assert rerun.status == "completed", rerun.error
+    assert {loc for _, loc in blob_rows(again).values() if loc} == {live}
+    again.store.forget_blobs()
+    assert len(again.get_run(run.id).step("large").outputs["big"]) > 256 * 1024
+    again.close()
+
+
+def test_a_plan_counts_an_edit_of_a_large_value_by_its_encoding():
+    """A value stored elsewhere is compared by bytes of its encoding: 500k CJK characters
+    replacing 1M ASCII ones grow what the node reads (the estimate errs high, not to zero)."""
+    from types import SimpleNamespace
+
+    from rewind.engine.plan import edit_growth
+
+    step = SimpleNamespace(input_refs={"doc": "d" * 64},
+                           load_inputs=lambda fields: {"doc": "a" * 1_000_000})
+    store = SimpleNamespace(field_blob_info=lambda refs: {"doc": (1_000_002, "file:///x")},
+                            blob_info=lambda hashes: {"d" * 64: (1_000_002, "file:///x")})
+    spec = SimpleNamespace(reads=["doc"])
+    assert edit_growth(step, spec, {"doc": "語" * 500_000}, store) >= 500_000 // 3
+
+
+def test_partial_loads_take_any_iterable(tmp_path, aws_env):
+    run, fresh = recorded(str(tmp_path / "r.db"), f"file://{tmp_path}/o", "iterables")
+    step = fresh.get_run(run.id).step("measure")
+    assert set(step.load_inputs(k for k in ["big"])) == {"big"}
+    assert set(step.load_outputs(iter(["size"]))) == {"size"}
+    assert fresh.state_at(step, skip=(k for k in ["big"]))["size"] > 0
+    assert "big" not in fresh.state_at(step, skip=(k for k in ["big"]))
+    fresh.close()
+    with pytest.raises(InvalidRequest):
+        open_objects(f"file://{tmp_path}/o#frag")

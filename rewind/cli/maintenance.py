@@ -46,9 +46,9 @@ def cmd_import(args, out) -> int:
 
 def cmd_blobs_migrate(args, out) -> int:
     from ..maintenance.relocate import migrate_blobs
-    from ..store.objects import open_objects
+    from ..store.objects import is_inline, open_objects
 
-    if args.to.strip().lower() != "inline":  # a bad URL is refused before any database is opened
+    if not is_inline(args.to) or not args.to.strip():  # refused before any database is opened
         open_objects(args.to, "--to")
     with open_rewind(args) as rw:
         result = migrate_blobs(rw, args.to)

@@ -341,11 +341,12 @@ class ExecutionContext:
                 logger.info("commit of run %s failed (attempt %d): %s", self.run_id, attempt, e)
                 self.store.reset_connection()
                 if attempt == 2:
+                    elsewhere = isinstance(e, ObjectStoreError)  # the database is not at fault
                     raise CommitError(
-                        f"could not write run {self.run_id} to {self.store.url}: "
+                        f"could not write run {self.run_id}"
+                        f"{'' if elsewhere else ' to ' + str(self.store.url)}: "
                         f"{type(e).__name__}: {e}. Everything committed before is intact; "
-                        f"resume the run once the "
-                        f"{'object store' if isinstance(e, ObjectStoreError) else 'database'} "
+                        f"resume the run once the {'object store' if elsewhere else 'database'} "
                         "is reachable", run_id=self.run_id,
                     ) from e
         # committed: what this process wrote is stored and right; never re-sent or re-verified

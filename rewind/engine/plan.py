@@ -20,6 +20,7 @@ from ..keys import SIDE_EFFECT
 from ..costs import price_table, step_cost, step_dollars
 from ..errors import InvalidRequest, NotFound
 from ..models import RunStatus, StepStatus, normalize_overrides, overrides_at
+from ..store import serde
 from .context import cache_key
 from .fork import _check_request, load_steps
 from ..keys import code_fingerprint
@@ -62,28 +63,31 @@ def _chars(value: Any) -> int:
 
 
 def _stored(store: Any, refs: dict) -> dict:
-    """{blob hash: (size, location)} of stored values, read from their rows (no object)."""
-    info = getattr(store, "blob_info", None)
-    return info(sorted(set(refs.values()))) if info is not None and refs else {}
+    """{field: (size as stored, location or None)} of recorded values, from their rows."""
+    info = getattr(store, "field_blob_info", None)
+    return info(refs) if info is not None and refs else {}
 
 
 def edit_growth(step: Any, spec: Any, edit: dict, store: Any = None) -> int:
-    """Tokens an edit adds to what `step`'s node reads: the characters each edited field it
-    reads grew by (none for a field that shrank), over `CHARS_PER_TOKEN`. A recorded value in
-    an object store counts by its stored size (a plan fetches no object; a string's encoding is
-    its characters and two quotes, so the estimate stays within a token of the value's own)."""
+    """Tokens an edit adds to what `step`'s node reads: how much each edited field it reads
+    grew (none for a field that shrank), over `CHARS_PER_TOKEN`. In characters; for a recorded
+    value in an object store (a plan fetches no object), in bytes of the stored encoding
+    against the edit's own encoding: at least its characters, so the estimate still errs high."""
     grown = 0
     fields = [f for f in edit if f in spec.reads]
-    refs = {f: r for f, r in (step.input_refs or {}).items() if f in fields and isinstance(r, str)}
-    elsewhere = {f: info[0] for f, r in refs.items()
-                 if (info := _stored(store, refs).get(r)) and info[1] is not None}
+    elsewhere = {f: size for f, (size, where) in
+                 _stored(store, {f: (step.input_refs or {}).get(f) for f in fields}).items()
+                 if where is not None}
     for field in fields:
         try:
-            before = elsewhere[field] if field in elsewhere else \
-                _chars(step.load_inputs([field]).get(field, ""))
+            if field in elsewhere:
+                before, after = elsewhere[field], len(serde.encode(edit[field], field))
+            else:
+                before = _chars(step.load_inputs([field]).get(field, ""))
+                after = _chars(edit[field])
         except Exception:  # its recorded value purged: the whole new value counts
-            before = 0
-        grown += max(_chars(edit[field]) - before, 0)
+            before, after = 0, _chars(edit[field])
+        grown += max(after - before, 0)
     return -(-grown // CHARS_PER_TOKEN)
 
 
@@ -104,7 +108,7 @@ def recorded_parts(store: Any, spec: Any, step: Any, edit: dict) -> dict:
     stored = _stored(store, refs)
     out = {}
     for k, r in refs.items():
-        if stored.get(r, (0, None))[1] is None:
+        if stored.get(k, (0, None))[1] is None:
             continue  # inline: cheap to read, hashed as it is
         if k in ignore:
             out[k] = {}  # not part of the key at all

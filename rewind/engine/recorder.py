@@ -102,7 +102,7 @@ def record_step(ctx: ExecutionContext, record: StepRecord, sequence_id: Optional
         input_refs=record.inputs, output_refs=dict(outputs),
         runtime_refs=record.runtime, units=dict(record.units), files=record.files,
         calls=record.calls, tools=record.tools,
-        _loader=ctx.store.values, _sizer=getattr(ctx.store, "blob_info", None),
+        _loader=ctx.store.values, _sizer=getattr(ctx.store, "field_blob_info", None),
     )
     ctx.steps.append(step)
     ctx.unreported.append(step)  # reported to on_step once the commit holding it is done
@@ -150,7 +150,7 @@ def step_from_row(row: dict, store: Any, docs: Optional[dict] = None,
         runtime_refs=dict(doc.get("runtime") or {}), units=dict(doc.get("units") or {}),
         files=dict(doc.get("files") or {}), calls=list(doc.get("calls") or []),
         tools=list(doc.get("tools") or []),
-        _loader=store.values, _sizer=getattr(store, "blob_info", None),
+        _loader=store.values, _sizer=getattr(store, "field_blob_info", None),
     )
 
 

@@ -13,7 +13,7 @@ pages before it moved. The statements are the store's.
 from __future__ import annotations
 
 from ..errors import IntegrityError
-from ..store.objects import open_objects, place_of
+from ..store.objects import is_inline, open_objects, place_of
 from ..store.rows import blob_ok
 
 PAGE = 50
@@ -26,7 +26,7 @@ def migrate_blobs(rw, to: str) -> dict:
     store = rw.store
     store.require_writable()
     to = str(to or "").strip()
-    target = None if to.lower() == "inline" else open_objects(to, "--to")
+    target = None if is_inline(to) else open_objects(to, "--to")
     moved = size = kept = 0
     after = ""
     while True:
@@ -41,8 +41,9 @@ def migrate_blobs(rw, to: str) -> dict:
                 if where == want:
                     kept += 1
                     continue
-                if where and want and place_of(where) == place_of(want):
-                    store.set_blob_location(h, b"", want)  # there already: a new endpoint only
+                if where and want and place_of(where) == place_of(want) \
+                        and target.size(h) == n:  # there already: a new endpoint only
+                    store.set_blob_location(h, b"", want)
                     kept += 1
                     continue
                 data = store.raw_blobs([h]).get(h)
@@ -54,8 +55,8 @@ def migrate_blobs(rw, to: str) -> dict:
                 if target is not None and want is not None:
                     target.put(h, data)  # before the row names it
                 store.set_blob_location(h, data, want)
-                if where is not None:
-                    old.append((where, h))
+                if where is not None and not (want and place_of(where) == place_of(want)):
+                    old.append((where, h))  # never at the target's own place: that is the copy
                 moved, size = moved + 1, size + n
         for where, h in old:  # committed: the old copies are garbage now
             store.delete_objects(where, [h])

@@ -16,7 +16,7 @@ import time
 from typing import Any, Iterable, Optional, Sequence
 
 from . import serde
-from ..errors import IntegrityError, NotFound, StoreError
+from ..errors import IntegrityError, InvalidRequest, NotFound, StoreError
 from .base import BlobStore
 from .objectrefs import SQLObjectRefs
 from .rows import blob_ok, make_doc
@@ -99,10 +99,16 @@ class SQLBlobs(SQLObjectRefs, SQLBase, BlobStore):
         stored = self.raw_blobs(differ)
         for h in differ:
             if h in stored and not blob_ok(h, stored[h]):  # another valid encoding is left be
-                self.execute("UPDATE blobs SET data = ?, size = ?, created_at = ? WHERE hash = ?",
-                             (blobs[h], len(blobs[h]), now, h))
-                with self._lock:
-                    self._docs.pop(h, None)
+                self._rewrite_inline(h, blobs[h], now)
+
+    def _rewrite_inline(self, h: str, data: bytes, now: float) -> None:
+        """Store `data` in `h`'s row, in the database (the copy there was altered, or its
+        object is): a write of the same value repairs it."""
+        self.execute("UPDATE blobs SET data = ?, size = ?, created_at = ?, location = NULL "
+                     "WHERE hash = ?", (data, len(data), now, h))
+        self._forget_blob(h)
+        with self._lock:
+            self._docs.pop(h, None)
 
     def _repair_references(self, hashes: list, blobs: dict, now: float) -> list:
         """Of `hashes` (stored rows that differ from `blobs`), the inline ones. A reference row
@@ -113,12 +119,10 @@ class SQLBlobs(SQLObjectRefs, SQLBase, BlobStore):
         for h, loc in refs.items():
             try:
                 holds = self.objects_at(loc).holds(h, blobs[h])
-            except StoreError:
+            except (StoreError, InvalidRequest):  # unreachable, or a location that is no URL
                 holds = False
             if not holds:
-                self.execute("UPDATE blobs SET data = ?, size = ?, created_at = ?, location = NULL "
-                             "WHERE hash = ?", (blobs[h], len(blobs[h]), now, h))
-                self._forget_blob(h)
+                self._rewrite_inline(h, blobs[h], now)
         return [h for h in hashes if h not in refs]
 
     def _insert_blob_rows(self, chunk: list, blobs: dict, now: float) -> list:

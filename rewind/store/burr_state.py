@@ -88,6 +88,7 @@ class SQLStates(SQLBase, StateStore):
         data = self.load_state_refs(app_id, sequence_id)
         if data is None:
             return None
+        skip = set(skip)
         values = self.values({k: h for k, h in data.get(REFS_KEY, {}).items() if k not in skip})
         values.update({k: v for k, v in data.items() if k != REFS_KEY})
         return values
@@ -95,9 +96,8 @@ class SQLStates(SQLBase, StateStore):
     def state_sizes(self, app_id: str, sequence_id: int) -> dict:
         """{field: bytes as stored} of a saved state, from the rows alone (nothing loaded)."""
         data = self.load_state_refs(app_id, sequence_id)
-        refs = dict((data or {}).get(REFS_KEY, {}))
-        info = self.blob_info(sorted(set(refs.values()))) if refs else {}
-        return {k: info[h][0] for k, h in refs.items() if h in info}
+        info = self.field_blob_info(dict((data or {}).get(REFS_KEY, {})))
+        return {k: size for k, (size, _) in info.items()}
 
     # export, import, gc --------------------------------------------------------------------
     def state_rows_of_apps(self, app_ids: Iterable[str]) -> list:

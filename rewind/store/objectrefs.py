@@ -20,7 +20,7 @@ import contextlib
 import os
 from typing import Iterable, Optional, Sequence
 
-from ..errors import IntegrityError, StoreError
+from ..errors import IntegrityError, InvalidRequest, StoreError
 from . import objects
 from .rows import blob_ok
 from .sql import SQLBase, chunks
@@ -35,13 +35,18 @@ class SQLObjectRefs(SQLBase):
     def use_objects(self, url: Optional[str], source: str = "blobs") -> None:
         """From now on, large values of this store go to the object store at `url`; None, ''
         or 'inline' keeps every value in the database (what is already elsewhere still reads)."""
-        url = (url or "").strip()
-        self.objects = None if url.lower() in ("", "inline") else objects.open_objects(url, source)
+        self.objects = None if objects.is_inline(url) else objects.open_objects(str(url).strip(), source)
 
     def objects_at(self, location: str) -> objects.ObjectStore:
-        mine = self.objects  # the configured store serves its place, whatever endpoint a row names
-        return mine if mine is not None and mine.place == objects.place_of(location) else \
-            objects.open_objects(location, "blobs.location")
+        """The store that serves a row's `location`: the configured one at the same place
+        (a moved MinIO: its endpoint wins), unless the row names a server and the configured
+        store names none (it would mean AWS); else the one the location itself names."""
+        mine = self.objects
+        if mine is not None and mine.place == objects.place_of(location) and (
+                mine.location == location or "?" not in location
+                or getattr(mine, "has_endpoint", True)):
+            return mine
+        return objects.open_objects(location, "blobs.location")
 
     # writing -------------------------------------------------------------------------------
     def _put_large(self, blobs: dict, now: float) -> dict:
@@ -60,7 +65,13 @@ class SQLObjectRefs(SQLBase):
                 new.append(h)
             elif rows[h] is not None:  # a reference row: its object must still hold it
                 there = self.objects_at(rows[h])
-                if not there.holds(h, blobs[h]):  # missing, or altered in place: repaired
+                try:
+                    held = there.holds(h, blobs[h])
+                except (StoreError, InvalidRequest):
+                    if there is target:
+                        raise  # the configured store is down: nothing is written
+                    held = False  # a store the row names that is gone: re-pointed below
+                if not held:  # missing, altered in place, or in a dead store: repaired
                     target.put(h, blobs[h])
                     if rows[h] != target.location:
                         self.execute("UPDATE blobs SET location = ? WHERE hash = ?",
@@ -109,6 +120,13 @@ class SQLObjectRefs(SQLBase):
         """{hash: location, or None for bytes kept inline} of the rows among `hashes`."""
         return {h: loc for h, loc in
                 self.query_in("SELECT hash, location FROM blobs WHERE hash IN ({marks})", list(hashes))}
+
+    def field_blob_info(self, refs: dict) -> dict:
+        """{field: (size of its value as stored, location or None)} of `refs` ({field: blob
+        hash}, None for a deleted field): what a plan or a page knows of a value unloaded."""
+        refs = {k: h for k, h in refs.items() if isinstance(h, str)}
+        info = self.blob_info(sorted(set(refs.values()))) if refs else {}
+        return {k: info[h] for k, h in refs.items() if h in info}
 
     def blob_info(self, hashes: Sequence[str]) -> dict:
         """{hash: (size of its encoding, location or None)} of the rows among `hashes`: what a

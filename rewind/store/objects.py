@@ -26,9 +26,9 @@ import hashlib
 import os
 import re
 import stat
-import tempfile
 import threading
 import urllib.parse
+import uuid
 from typing import Iterable, Optional
 
 from ..errors import InvalidRequest, ObjectStoreError, StoreError
@@ -60,6 +60,11 @@ def place_of(location: str) -> str:
 
 def is_object_name(name: str) -> bool:
     return bool(_NAME.fullmatch(name))
+
+
+def is_inline(url: Optional[str]) -> bool:
+    """Whether a store setting means "every value in the database" (unset, empty, inline)."""
+    return str(url or "").strip().lower() in ("", "inline")
 
 
 def inline_max(value: Optional[str] = None) -> int:
@@ -112,8 +117,10 @@ class ObjectStore:
 
     def _fail(self, what: str, error: BaseException) -> StoreError:
         first = (str(error).strip().splitlines() or [type(error).__name__])[0]
-        return ObjectStoreError(f"object store {self.location} could not {what}: {first}; check that "
-                          "it is reachable and that the credentials may read and write it")
+        # the advice last, after "; ": a run's failure message puts it before `rewind resume`
+        return ObjectStoreError(f"object store {self.location} could not {what}: {first}; check "
+                                "that the object store is reachable and that the credentials "
+                                "may read and write it")
 
 
 class FileObjects(ObjectStore):
@@ -129,11 +136,13 @@ class FileObjects(ObjectStore):
     def put(self, h: str, data: bytes) -> None:
         try:
             os.makedirs(self.root, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(dir=self.root, prefix=".incoming-")
+            tmp = os.path.join(self.root, f".incoming-{uuid.uuid4().hex}")
+            # 0666 less the umask, applied by the kernel (mkstemp's 0600 would hide the object
+            # from a dashboard running as another user; os.umask is process-wide, not ours)
+            fd = os.open(tmp, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o666)
             try:
                 with os.fdopen(fd, "wb") as f:
                     f.write(data)
-                os.chmod(tmp, 0o666 & ~_umask())  # mkstemp's 0600 would hide it from others
                 os.replace(tmp, self._path(h))  # never a half-written object under its name
             except BaseException:
                 with contextlib.suppress(OSError):
@@ -211,8 +220,8 @@ class S3Objects(ObjectStore):
                     import boto3
                     from botocore.config import Config
                 except ImportError:  # pragma: no cover - the `objects` extra is not installed
-                    raise ObjectStoreError(f"object store {self.location} needs boto3: "
-                                     "pip install 'rewind[objects]'") from None
+                    raise ObjectStoreError(f"object store {self.location} needs boto3; "
+                                           "pip install 'rewind[objects]'") from None
                 endpoint = self.endpoint or os.environ.get("AWS_ENDPOINT_URL_S3") or \
                     os.environ.get("AWS_ENDPOINT_URL")
                 config = Config(retries={"max_attempts": 3, "mode": "standard"},
@@ -224,6 +233,13 @@ class S3Objects(ObjectStore):
                 self._client = boto3.session.Session().client(
                     "s3", endpoint_url=endpoint, region_name=region, config=config)
             return self._client
+
+    @property
+    def has_endpoint(self) -> bool:
+        """Whether this store names its server (in its URL or the environment), rather than
+        meaning AWS by default."""
+        return bool(self.endpoint or os.environ.get("AWS_ENDPOINT_URL_S3")
+                    or os.environ.get("AWS_ENDPOINT_URL"))
 
     def _key(self, h: str) -> str:
         return f"{self.prefix}/{h}" if self.prefix else h
@@ -255,21 +271,20 @@ class S3Objects(ObjectStore):
         except Exception as e:  # the connection dropped mid-body
             raise self._fail(f"read object {h[:12]}…", e) from None
 
-    def size(self, h: str) -> Optional[int]:
+    def _head(self, h: str) -> Optional[dict]:
         try:
-            head = self._call(f"check object {h[:12]}…", self.client.head_object,
+            return self._call(f"check object {h[:12]}…", self.client.head_object,
                               Bucket=self.bucket, Key=self._key(h))
         except ObjectMissing:
             return None
-        return int(head["ContentLength"])
+
+    def size(self, h: str) -> Optional[int]:
+        head = self._head(h)
+        return None if head is None else int(head["ContentLength"])
 
     def holds(self, h: str, data: bytes) -> bool:
-        try:
-            head = self._call(f"check object {h[:12]}…", self.client.head_object,
-                              Bucket=self.bucket, Key=self._key(h))
-        except ObjectMissing:
-            return False
-        if int(head["ContentLength"]) != len(data):
+        head = self._head(h)
+        if head is None or int(head["ContentLength"]) != len(data):
             return False
         # a single-part upload's ETag is the MD5 of its bytes (S3, MinIO, R2, Ceph); an ETag
         # of another form (a multipart or KMS-encrypted object) cannot be compared: upload again
@@ -312,12 +327,6 @@ def open_objects(url: str, source: str = "blobs") -> ObjectStore:
         return got
 
 
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
-
-
 def _shown(url: str) -> str:
     """A URL as an error message may show it: nothing before an `@` (a user part, however
     spelled), no options (either may hold a secret), at most 200 characters."""
@@ -352,7 +361,7 @@ def _endpoint(value: str, source: str) -> str:
 def _parse(url: str, source: str) -> ObjectStore:
     parts = urllib.parse.urlsplit(url)
     if parts.scheme == "file":
-        if parts.netloc or not parts.path.startswith("/") or parts.query:
+        if parts.netloc or not parts.path.startswith("/") or parts.query or parts.fragment:
             raise InvalidRequest(f"{source}: {_shown(url)!r} is no file:///absolute/folder URL "
                                  "(three slashes, an absolute path, no options)", field=source)
         root = os.path.normpath(urllib.parse.unquote(parts.path))

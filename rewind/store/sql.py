@@ -275,8 +275,8 @@ class SQLBase(abc.ABC):
         chain = _chain(error)
         for e in chain:
             if isinstance(e, ObjectStoreError):  # the database is fine: the object store is not
-                return str(e).split("; check that", 1)[0], "check that the object store is " \
-                    "reachable and that the credentials may read and write it"
+                first, _, remedy = str(e).rpartition("; ")
+                return first, remedy or "check that the object store is reachable"
             known = self._failure_of(e)
             if known is not None:
                 return known
