@@ -443,3 +443,20 @@ def test_partial_loads_take_any_iterable(tmp_path, aws_env):
     fresh.close()
     with pytest.raises(InvalidRequest):
         open_objects(f"file://{tmp_path}/o#frag")
+
+
+def test_a_row_is_read_from_its_own_server_before_the_configured_one(tmp_path, s3_endpoint,
+                                                                      second_s3):
+    """Configured early for a new server with the same bucket and prefix, Rewind reads rows
+    from the server they name (and migrate copies from it), not from the new one."""
+    for endpoint in (s3_endpoint, second_s3):
+        boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1").create_bucket(Bucket="early")
+    first, second = (f"s3://early/p?endpoint={e}" for e in (s3_endpoint, second_s3))
+    db = str(tmp_path / "r.db")
+    run, fresh = recorded(db, first, "early")
+    fresh.close()
+    early = Rewind(db, pipelines=[PIPELINE], blobs=second)
+    assert len(early.get_run(run.id).step("large").outputs["big"]) > 256 * 1024
+    early.close()
+    assert main(["--db", db, "blobs", "migrate", "--to", second]) == 0
+    assert set(objects_of(second)) == set(objects_of(first))

@@ -38,15 +38,24 @@ class SQLObjectRefs(SQLBase):
         self.objects = None if objects.is_inline(url) else objects.open_objects(str(url).strip(), source)
 
     def objects_at(self, location: str) -> objects.ObjectStore:
-        """The store that serves a row's `location`: the configured one at the same place
-        (a moved MinIO: its endpoint wins), unless the row names a server and the configured
-        store names none (it would mean AWS); else the one the location itself names."""
+        """The store a row's `location` names: the configured one if it is that location (or
+        the row names no server and it is the same place: a folder through a symlink, a row
+        recorded before rows held endpoints); else the location's own (its endpoint: the row
+        says where its object was written)."""
         mine = self.objects
-        if mine is not None and mine.place == objects.place_of(location) and (
-                mine.location == location or "?" not in location
-                or getattr(mine, "has_endpoint", True)):
+        if mine is not None and (mine.location == location or (
+                "?" not in location and mine.place == objects.place_of(location))):
             return mine
         return objects.open_objects(location, "blobs.location")
+
+    def stand_in(self, location: str) -> Optional[objects.ObjectStore]:
+        """The configured store where it is `location`'s place through another endpoint (a
+        moved MinIO): asked when the row's own server is unreachable or lacks the object."""
+        mine = self.objects
+        if mine is not None and mine.location != location \
+                and mine.place == objects.place_of(location):
+            return mine
+        return None
 
     # writing -------------------------------------------------------------------------------
     def _put_large(self, blobs: dict, now: float) -> dict:
@@ -91,7 +100,15 @@ class SQLObjectRefs(SQLBase):
         there = self.objects_at(location)
         try:
             data = there.get(h)
-        except objects.ObjectMissing:
+        except (objects.ObjectMissing, StoreError) as e:
+            other = self.stand_in(location)
+            data = None
+            if other is not None:
+                with contextlib.suppress(objects.ObjectMissing, StoreError):
+                    data, there = other.get(h), other
+            if data is None and isinstance(e, StoreError):
+                raise
+        if data is None:
             if not verify:
                 return None
             self._forget_blob(h)
