@@ -363,16 +363,23 @@ def second_s3(aws_env):
         server.wait(30)
 
 
+def on_twin_servers(tmp_path, bucket: str, endpoints: tuple) -> tuple:
+    """(db, the run, its store URL, the other server's URL for the same bucket and prefix):
+    a run recorded on the first of two servers that each hold a bucket of that name."""
+    for endpoint in endpoints:
+        boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1").create_bucket(Bucket=bucket)
+    first, second = (f"s3://{bucket}/p?endpoint={e}" for e in endpoints)
+    db = str(tmp_path / "r.db")
+    run, fresh = recorded(db, first, bucket)
+    fresh.close()
+    return db, run, first, second
+
+
 def test_migrate_copies_to_another_server_with_the_same_bucket_name(tmp_path, s3_endpoint,
                                                                    second_s3):
     """Same bucket and prefix on another server: not "there already" unless it holds the
     object; the values are copied, and the copies they came from are left alone."""
-    for endpoint in (s3_endpoint, second_s3):
-        boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1").create_bucket(Bucket="twin")
-    first, second = (f"s3://twin/p?endpoint={e}" for e in (s3_endpoint, second_s3))
-    db = str(tmp_path / "r.db")
-    run, fresh = recorded(db, first, "twins")
-    fresh.close()
+    db, run, first, second = on_twin_servers(tmp_path, "twin", (s3_endpoint, second_s3))
     held = set(objects_of(first))
     assert main(["--db", db, "blobs", "migrate", "--to", second]) == 0
     assert set(objects_of(second)) == held and set(objects_of(first)) == held
@@ -449,12 +456,7 @@ def test_a_row_is_read_from_its_own_server_before_the_configured_one(tmp_path, s
                                                                       second_s3):
     """Configured early for a new server with the same bucket and prefix, Rewind reads rows
     from the server they name (and migrate copies from it), not from the new one."""
-    for endpoint in (s3_endpoint, second_s3):
-        boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1").create_bucket(Bucket="early")
-    first, second = (f"s3://early/p?endpoint={e}" for e in (s3_endpoint, second_s3))
-    db = str(tmp_path / "r.db")
-    run, fresh = recorded(db, first, "early")
-    fresh.close()
+    db, run, first, second = on_twin_servers(tmp_path, "early", (s3_endpoint, second_s3))
     early = Rewind(db, pipelines=[PIPELINE], blobs=second)
     assert len(early.get_run(run.id).step("large").outputs["big"]) > 256 * 1024
     early.close()
