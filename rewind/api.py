@@ -95,6 +95,7 @@ class Rewind:
             self.register(p)
 
     def close(self) -> None:
+        self._heartbeat.stop()
         self._sinks.close()
         self.store.close()
 

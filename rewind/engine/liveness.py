@@ -25,7 +25,10 @@ def owner_fields() -> dict:
 
 class Heartbeat:
     """One thread per store updating `heartbeat_at` of this process's running runs (the lease
-    in `store.HEARTBEAT_LEASE_S`)."""
+    in `store.HEARTBEAT_LEASE_S`), for as long as it has live runs or runs an outage left to
+    mark: then it ends (a process holding a thousand idle handles held a thousand threads,
+    and their wake-ups starved the main thread of the interpreter lock), and the next run
+    starts it again. `stop()` ends it for good (the handle closed)."""
 
     INTERVAL_S = 15.0
 
@@ -39,7 +42,7 @@ class Heartbeat:
     def add(self, run_id: str) -> None:
         with self._lock:
             self.live.add(run_id)
-            if self._thread is None or not self._thread.is_alive():
+            if not self._stop.is_set() and (self._thread is None or not self._thread.is_alive()):
                 self._thread = threading.Thread(target=self._loop, daemon=True, name="rewind-heartbeat")
                 self._thread.start()
 
@@ -50,6 +53,13 @@ class Heartbeat:
     def _loop(self) -> None:
         while not self._stop.wait(self.INTERVAL_S):
             self.beat()
+            with self._lock:
+                if not self.live and not self.store.unfinished():  # nothing left to keep alive
+                    self._thread = None
+                    return
+
+    def stop(self) -> None:
+        self._stop.set()
 
     def beat(self) -> None:
         """One beat: the live runs' `heartbeat_at` now, and a run an outage left `running`
