@@ -135,8 +135,7 @@ class SQLObjectRefs(SQLBase):
     # maintenance ---------------------------------------------------------------------------
     def blob_locations(self, hashes: Sequence[str]) -> dict:
         """{hash: location, or None for bytes kept inline} of the rows among `hashes`."""
-        return {h: loc for h, loc in
-                self.query_in("SELECT hash, location FROM blobs WHERE hash IN ({marks})", list(hashes))}
+        return {h: loc for h, (_, loc) in self.blob_info(hashes).items()}
 
     def field_blob_info(self, refs: dict) -> dict:
         """{field: (size of its value as stored, location or None)} of `refs` ({field: blob

@@ -234,13 +234,6 @@ class S3Objects(ObjectStore):
                     "s3", endpoint_url=endpoint, region_name=region, config=config)
             return self._client
 
-    @property
-    def has_endpoint(self) -> bool:
-        """Whether this store names its server (in its URL or the environment), rather than
-        meaning AWS by default."""
-        return bool(self.endpoint or os.environ.get("AWS_ENDPOINT_URL_S3")
-                    or os.environ.get("AWS_ENDPOINT_URL"))
-
     def _key(self, h: str) -> str:
         return f"{self.prefix}/{h}" if self.prefix else h
 
